@@ -1,0 +1,5 @@
+import sys
+
+from distgnn.cli import main
+
+sys.exit(main())

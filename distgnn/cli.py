@@ -1,0 +1,42 @@
+"""The ``distgnn`` command line: one subcommand per pipeline stage (see README)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from distgnn.errors import DistgnnError
+from distgnn.progress import set_quiet
+
+#: Subcommand modules under distgnn.commands; each defines ``register(subparsers)`` which adds its
+#: parser and sets ``func`` (called with the parsed arguments).
+COMMANDS = ("fetch", "inspect")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="distgnn",
+        description="Full-batch distributed GNN training on CPU clusters.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"distgnn.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    set_quiet(getattr(args, "quiet", False))
+    try:
+        result = args.func(args)
+    except DistgnnError as exc:
+        print(f"distgnn {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"distgnn {args.command}: interrupted", file=sys.stderr)
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""distgnn fetch DATASET: download or generate a dataset into <root>/<store>/graph.zarr."""
+from __future__ import annotations
+
+import argparse
+import time
+
+from distgnn.data.fetch import DATASETS, fetch
+from distgnn.data.graph_store import DEFAULT_CHUNK_BUDGET
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("fetch", help="acquire a dataset into <root>/<store>/graph.zarr",
+                       description="Download (or read from --source, or generate) a dataset and "
+                                   "convert it, streaming, into the canonical graph store.")
+    p.add_argument("dataset", help=f"one of: {', '.join(DATASETS)}")
+    p.add_argument("--root", default="data", help="data root; the store folder is made under it (default: data)")
+    p.add_argument("--source", help="folder (or archive) with pre-downloaded files instead of downloading")
+    p.add_argument("--name", help="store folder name (default: dataset[-x<scale>][-seed<N>])")
+    p.add_argument("--scale", type=float, default=1.0, help="synthetic twins: multiply vertices and edges")
+    p.add_argument("--seed", type=int, default=0, help="twins: generator seed; others: split seed")
+    p.add_argument("--undirected", action="store_true", help="also store the reverse of every edge")
+    p.add_argument("--force", action="store_true", help="rebuild an existing store")
+    p.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_BUDGET / 2**20,
+                   help="memory budget of one streamed block, MiB (default: %(default)s)")
+    p.add_argument("--threads", type=int, default=0, help="native threads (default: all)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    start = time.perf_counter()
+    path = fetch(args.dataset, root=args.root, source=args.source, name=args.name, scale=args.scale,
+                 seed=args.seed, undirected=args.undirected, force=args.force,
+                 budget=int(args.chunk_mb * 2**20), threads=args.threads)
+    print(f"{path} ({time.perf_counter() - start:.1f} s)")
+    return 0

@@ -1,0 +1,67 @@
+"""``distgnn fetch``: acquire a dataset (download, local files or a synthetic twin) and convert it
+into ``<root>/<store>/graph.zarr``."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from distgnn.data.graph_store import DEFAULT_CHUNK_BUDGET, store_name, write_graph_store
+from distgnn.data.source import GraphSource
+from distgnn.data.synthetic import TWINS, make_twin
+from distgnn.errors import DistgnnError
+
+OGB_DATASETS = ("ogbn-products", "ogbn-papers100M", "ogbn-proteins")
+PLANETOID_DATASETS = ("cora", "citeseer", "pubmed")
+DATASETS = (*OGB_DATASETS, "reddit", *PLANETOID_DATASETS, "npy", *TWINS)
+
+
+def _reader(dataset: str) -> Callable[..., GraphSource]:
+    """The function that turns ``dataset`` into a GraphSource (readers imported lazily)."""
+    if dataset in OGB_DATASETS:
+        from distgnn.data.ogb_source import read_ogb
+        return read_ogb
+    if dataset == "reddit":
+        from distgnn.data.reddit import read_reddit
+        return read_reddit
+    if dataset in PLANETOID_DATASETS:
+        from distgnn.data.planetoid import read_planetoid
+        return read_planetoid
+    raise AssertionError(dataset)
+
+
+def open_source(dataset: str, *, source: str | Path | None = None, download_dir: Path,
+                scale: float = 1.0, seed: int = 0, undirected: bool = False) -> GraphSource:
+    """Resolve ``dataset`` into a streamed :class:`GraphSource`."""
+    if dataset not in DATASETS:
+        raise DistgnnError(f"unknown dataset '{dataset}' (choose from {', '.join(DATASETS)})")
+    if dataset in TWINS:
+        if source is not None:
+            raise DistgnnError(f"--source does not apply to the synthetic twin {dataset}")
+        twin = make_twin(dataset, scale=scale, seed=seed)
+        return twin
+    if scale != 1.0:
+        raise DistgnnError(f"--scale applies to synthetic twins only, not to {dataset}")
+    if dataset == "npy":
+        if source is None:
+            raise DistgnnError("npy needs --source DIR (a folder with src.npy, dst.npy, feat.npy, label.npy)")
+        from distgnn.data.npy_folder import read_npy_folder
+        return read_npy_folder(source, undirected=undirected, seed=seed)
+    return _reader(dataset)(dataset, source=Path(source) if source else None,
+                            download_dir=download_dir, undirected=undirected, seed=seed)
+
+
+def fetch(dataset: str, *, root: str | Path = "data", source: str | Path | None = None,
+          name: str | None = None, scale: float = 1.0, seed: int = 0, undirected: bool = False,
+          force: bool = False, budget: int = DEFAULT_CHUNK_BUDGET, threads: int = 0) -> Path:
+    """Write ``<root>/<store>/graph.zarr`` and return its path; an existing complete store is kept
+    unless ``force``."""
+    store = store_name(dataset, scale, seed, name)
+    target = Path(root) / store / "graph.zarr"
+    if target.exists() and not force:
+        return target
+    graph = open_source(dataset, source=source, download_dir=Path(root) / store / "raw",
+                        scale=scale, seed=seed, undirected=undirected)
+    if undirected and dataset not in ("npy",) and not graph.add_reverse:
+        graph.add_reverse = True
+        graph.directed = False
+    return write_graph_store(graph, target, overwrite=force, budget=budget, threads=threads)

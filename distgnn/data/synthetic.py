@@ -1,0 +1,194 @@
+"""Synthetic twins of the benchmark graphs: same size, width, class count and task kind.
+
+A twin is a degree-corrected planted-partition graph (a Chung-Lu graph with communities):
+
+* every vertex gets a community (one per class; sizes skewed like real class balances) and a
+  power-law weight ``w`` (Pareto, exponent :data:`DEGREE_EXPONENT`), so degrees are heavy-tailed;
+* each edge picks its destination with probability proportional to ``w``; with probability
+  :data:`HOMOPHILY` its source comes from the destination's community (again by ``w``), otherwise
+  from the whole graph. Undirected twins store both directions of each sampled pair;
+* features are ``class centroid + Gaussian noise``, with the noise large enough that a vertex's
+  own features are a weak signal and the mean over its neighbours a strong one;
+* multi-label twins (proteins) draw each of the 112 labels from a per-community probability.
+
+``--scale S`` multiplies vertices and edges by S, keeping the mean degree, except that the mean
+in-degree is capped at N/50 (so the graph stays sparse: edges <= N^2/50). Output is deterministic
+for a seed and independent of the memory budget: randomness is drawn per fixed-size block from a
+``SeedSequence`` keyed by (seed, stream, block).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from distgnn.data.source import GraphSource
+from distgnn.errors import DistgnnError
+
+DEGREE_EXPONENT = 2.3     #: Pareto exponent of vertex weights (degree tail ~ d^-exponent)
+HOMOPHILY = 0.75          #: probability that an edge stays inside its destination's community
+CENTROID_NORM = 2.0       #: expected length of a class centroid; the noise has unit variance per feature
+MAX_DEGREE_FRACTION = 50  #: mean degree is capped at N / MAX_DEGREE_FRACTION
+EDGE_BLOCK = 1 << 21      #: pairs per randomness block
+FEATURE_BLOCK = 4096      #: rows per randomness block
+
+
+@dataclass(frozen=True)
+class TwinSpec:
+    """Shape of the real dataset a twin imitates."""
+
+    num_nodes: int
+    num_edges: int            #: directed edges stored (both directions counted when undirected)
+    feat_dim: int
+    num_classes: int
+    split: tuple[int, int, int]   #: train, val, test vertex counts of the real dataset
+    multilabel: bool = False
+    directed: bool = False
+    num_communities: int = 0  #: 0 = one community per class
+
+
+TWINS: dict[str, TwinSpec] = {
+    # Reddit (DGL): 232,965 vertices, 114,615,892 directed edges, 602 features, 41 classes.
+    "synth-reddit": TwinSpec(232_965, 114_615_892, 602, 41, (153_431, 23_831, 55_703)),
+    # ogbn-products: 2,449,029 vertices, 61,859,140 undirected edges, 100 features, 47 classes.
+    "synth-products": TwinSpec(2_449_029, 123_718_280, 100, 47, (196_615, 39_323, 2_213_091)),
+    # ogbn-proteins: 132,534 vertices, 39,561,252 undirected edges, 8 features, 112 binary tasks.
+    "synth-proteins": TwinSpec(132_534, 79_122_504, 8, 112, (86_619, 21_236, 24_679),
+                               multilabel=True, num_communities=8),
+    # ogbn-papers100M: 111,059,956 vertices, 1,615,685,872 directed edges, 128 features,
+    # 172 classes, about 1.5M labelled vertices.
+    "synth-papers100M": TwinSpec(111_059_956, 1_615_685_872, 128, 172,
+                                 (1_207_179, 125_265, 214_338), directed=True),
+}
+
+
+def twin_size(spec: TwinSpec, scale: float) -> tuple[int, int]:
+    """(vertices, directed edges) of a twin at ``scale``: both scaled, mean degree capped at N/50."""
+    n = max(2, int(round(spec.num_nodes * scale)))
+    m = int(round(spec.num_edges * scale))
+    m = min(m, (n * n) // MAX_DEGREE_FRACTION)
+    if not spec.directed:
+        m -= m % 2
+    return n, max(m, 2)
+
+
+def _rng(seed: int, stream: int, block: int = 0) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence([seed, stream, block]))
+
+
+class _TwinModel:
+    """The random quantities shared by edges, features and labels (O(N) memory)."""
+
+    def __init__(self, spec: TwinSpec, n: int, m: int, seed: int):
+        self.spec, self.n, self.m, self.seed = spec, n, m, seed
+        k = spec.num_communities or spec.num_classes
+        rng = _rng(seed, 1)
+        # Skewed community sizes (like real class balance): Dirichlet with small concentration,
+        # floored so that every community exists.
+        sizes = rng.dirichlet(np.full(k, 1.5)) * 0.8 + 0.2 / k
+        self.community = rng.choice(k, size=n, p=sizes / sizes.sum()).astype(np.int64)
+        self.num_communities = k
+        weights = (1.0 - rng.random(n)) ** (-1.0 / (DEGREE_EXPONENT - 1.0))
+        mean_degree = m / n
+        # No vertex's expected degree above half the graph.
+        weights = np.minimum(weights, max(1.0, 0.5 * n / max(mean_degree, 1e-9)) * weights.mean())
+        self.order = np.argsort(self.community, kind="stable")
+        sorted_weights = weights[self.order]
+        self.cumulative = np.cumsum(sorted_weights)
+        self.total = self.cumulative[-1]
+        bounds = np.searchsorted(self.community[self.order], np.arange(k + 1))
+        starts = np.concatenate(([0.0], self.cumulative))[bounds]
+        self.community_low = starts[:-1]
+        self.community_high = starts[1:]
+        self.sorted_community = self.community[self.order]
+
+    def _sample(self, low: np.ndarray | float, high: np.ndarray | float, u: np.ndarray) -> np.ndarray:
+        """Positions (in community-sorted order) drawn with probability proportional to weight."""
+        target = low + u * (high - low)
+        pos = np.searchsorted(self.cumulative, target, side="right")
+        return np.minimum(pos, self.n - 1)
+
+    def edge_pairs(self):
+        """Yield (src, dst) int64 blocks: the sampled pairs (one direction)."""
+        pairs = self.m if self.spec.directed else self.m // 2
+        for block, start in enumerate(range(0, pairs, EDGE_BLOCK)):
+            count = min(EDGE_BLOCK, pairs - start)
+            rng = _rng(self.seed, 2, block)
+            dst_pos = self._sample(0.0, self.total, rng.random(count))
+            comm = self.sorted_community[dst_pos]
+            inside = rng.random(count) < HOMOPHILY
+            low = np.where(inside, self.community_low[comm], 0.0)
+            high = np.where(inside, self.community_high[comm], self.total)
+            src_pos = self._sample(low, high, rng.random(count))
+            src, dst = self.order[src_pos], self.order[dst_pos]
+            loops = src == dst
+            src[loops] = (src[loops] + 1) % self.n  # no self loops
+            yield src, dst
+
+    def centroids(self) -> np.ndarray:
+        rng = _rng(self.seed, 3)
+        f = self.spec.feat_dim
+        return (rng.standard_normal((self.num_communities, f)) * (CENTROID_NORM / np.sqrt(f))
+                ).astype(np.float32)
+
+    def feature_blocks(self, rows: int):
+        """Yield feature rows in blocks of at most ``rows``; content independent of ``rows``."""
+        centroids = self.centroids()
+        f = self.spec.feat_dim
+        for block, start in enumerate(range(0, self.n, FEATURE_BLOCK)):
+            end = min(start + FEATURE_BLOCK, self.n)
+            rng = _rng(self.seed, 4, block)
+            x = rng.standard_normal((end - start, f), dtype=np.float32)
+            x += centroids[self.community[start:end]]
+            for sub in range(0, end - start, rows):
+                yield x[sub:sub + rows]
+
+    def labels(self) -> np.ndarray:
+        if not self.spec.multilabel:
+            return self.community.copy()
+        rng = _rng(self.seed, 5)
+        # Each community has a probability per task, mostly near 0 or 1 so labels carry signal.
+        prob = rng.beta(0.4, 0.4, size=(self.num_communities, self.spec.num_classes))
+        out = np.empty((self.n, self.spec.num_classes), dtype=np.float32)
+        for start in range(0, self.n, 1 << 16):
+            end = min(start + (1 << 16), self.n)
+            u = _rng(self.seed, 6, start >> 16).random((end - start, self.spec.num_classes))
+            out[start:end] = u < prob[self.community[start:end]]
+        return out
+
+    def masks(self) -> dict[str, np.ndarray]:
+        real_n = self.spec.num_nodes
+        fractions = [c / real_n for c in self.spec.split]
+        rng = _rng(self.seed, 7)
+        order = rng.permutation(self.n)
+        counts = np.maximum(1, np.round(np.array(fractions) * self.n).astype(np.int64))
+        out, start = {}, 0
+        for name, count in zip(("train_mask", "val_mask", "test_mask"), counts):
+            mask = np.zeros(self.n, dtype=bool)
+            mask[order[start:start + count]] = True
+            out[name] = mask
+            start += count
+        return out
+
+
+def make_twin(dataset: str, scale: float = 1.0, seed: int = 0) -> GraphSource:
+    """A :class:`GraphSource` for the twin ``dataset`` (one of :data:`TWINS`)."""
+    if dataset not in TWINS:
+        raise DistgnnError(f"unknown twin '{dataset}' (choose from {', '.join(TWINS)})")
+    if not scale > 0:
+        raise DistgnnError(f"--scale must be positive, got {scale}")
+    spec = TWINS[dataset]
+    n, m = twin_size(spec, scale)
+    model = _TwinModel(spec, n, m, seed)
+    labels = model.labels()
+    masks = model.masks()
+    if not spec.multilabel and spec.split and sum(spec.split) < spec.num_nodes:
+        # papers100M-style: only the split vertices carry labels.
+        labelled = masks["train_mask"] | masks["val_mask"] | masks["test_mask"]
+        labels[~labelled] = -1
+    return GraphSource(
+        name=dataset, num_nodes=n, num_classes=spec.num_classes, feat_dim=spec.feat_dim,
+        edges=model.edge_pairs, features=model.feature_blocks, labels=labels, masks=masks,
+        source="synthetic", multilabel=spec.multilabel, directed=spec.directed,
+        add_reverse=not spec.directed, allow_unlabelled=True, scale=scale, seed=seed,
+    )

@@ -1,0 +1,170 @@
+"""Zarr v3 storage shared by every distgnn store (graph, assignment, partitions).
+
+Every array carries a crc32c checksum codec and is written with ``write_empty_chunks=True``, so
+each chunk exists on disk and :func:`open_checked` can refuse a store with a missing chunk (zarr
+would otherwise return the fill value silently). Stores are written under a temporary name beside
+the target and renamed into place only when complete (:class:`AtomicGroup`).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+import zarr.codecs
+
+from distgnn.errors import DistgnnError
+
+#: Target size of one chunk in bytes (uncompressed).
+CHUNK_BYTES = 8 << 20
+
+
+def codecs_for(dtype: np.dtype) -> dict[str, Any]:
+    """Compressor list for an array: fast lz4 (shuffled by item size) then a crc32c checksum."""
+    return {
+        "compressors": [
+            zarr.codecs.BloscCodec(cname="lz4", clevel=3, shuffle="shuffle",
+                                   typesize=np.dtype(dtype).itemsize),
+            zarr.codecs.Crc32cCodec(),
+        ]
+    }
+
+
+def rows_per_chunk(row_shape: tuple[int, ...], dtype: np.dtype, target: int = CHUNK_BYTES) -> int:
+    """Rows per chunk so one chunk holds about ``target`` bytes (at least 1024 rows)."""
+    row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return max(1024, target // max(row_bytes, 1))
+
+
+def create_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype: Any,
+                 chunk_rows: int | None = None, fill_value: Any = None) -> zarr.Array:
+    """Create a row-chunked, checksummed array in ``group`` (every chunk written, even empty)."""
+    dtype = np.dtype(dtype)
+    rows = chunk_rows or rows_per_chunk(tuple(shape[1:]), dtype)
+    rows = max(1, min(rows, max(shape[0], 1)))
+    return group.create_array(
+        name=name, shape=shape, dtype=dtype, chunks=(rows, *shape[1:]),
+        fill_value=fill_value if fill_value is not None else 0,
+        config={"write_empty_chunks": True}, **codecs_for(dtype))
+
+
+class ChecksummedWriter:
+    """Writes one array in row order while hashing its content (for the store checksum)."""
+
+    def __init__(self, array: zarr.Array):
+        self.array = array
+        self.cursor = 0
+        self.hasher = hashlib.blake2b(digest_size=16)
+
+    def write(self, block: np.ndarray) -> None:
+        block = np.ascontiguousarray(block, dtype=self.array.dtype)
+        end = self.cursor + block.shape[0]
+        if end > self.array.shape[0]:
+            raise DistgnnError(f"array '{self.array.basename}': more rows than its {self.array.shape[0]}")
+        self.array[self.cursor:end] = block
+        self.hasher.update(block.tobytes())
+        self.cursor = end
+
+    def finish(self) -> str:
+        if self.cursor != self.array.shape[0]:
+            raise DistgnnError(f"array '{self.array.basename}': wrote {self.cursor} of "
+                               f"{self.array.shape[0]} rows")
+        if self.array.shape[0] == 0:
+            self.array[...] = self.array.fill_value  # still write the (empty) chunk layout
+        return self.hasher.hexdigest()
+
+
+def combine_digests(digests: dict[str, str]) -> str:
+    """One content checksum for a store from its per-array digests (order-independent)."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(digests):
+        h.update(name.encode() + b"=" + digests[name].encode() + b";")
+    return h.hexdigest()
+
+
+class AtomicGroup:
+    """A zarr group written under a temporary sibling name and renamed to ``path`` on commit.
+
+    Use as a context manager: an exception (or a missing :meth:`commit`) removes the temporary
+    folder, so nothing partial ever sits at ``path``.
+    """
+
+    def __init__(self, path: str | os.PathLike, overwrite: bool = False):
+        self.path = Path(path)
+        if self.path.exists() and not overwrite:
+            raise DistgnnError(f"{self.path} already exists (use --force to replace it)")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise DistgnnError(f"cannot create output folder {self.path.parent}: {exc.strerror}") from exc
+        if not os.access(self.path.parent, os.W_OK):
+            raise DistgnnError(f"output folder {self.path.parent} is not writable")
+        self.tmp = self.path.parent / f".{self.path.name}.tmp-{os.getpid()}"
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp)
+        self.group = zarr.open_group(str(self.tmp), mode="w")
+        self.committed = False
+
+    def commit(self, attrs: dict[str, Any]) -> Path:
+        """Write the attributes last, then move the finished group into place."""
+        self.group.update_attributes(attrs)
+        if self.path.exists():
+            shutil.rmtree(self.path)
+        os.replace(self.tmp, self.path)
+        self.committed = True
+        return self.path
+
+    def __enter__(self) -> "AtomicGroup":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if not self.committed:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def open_checked(path: str | os.PathLike, required: tuple[str, ...] = ()) -> zarr.Group:
+    """Open a store read-only, refusing one whose arrays lack chunks or a required array.
+
+    Raises :class:`DistgnnError` naming the store and the array.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DistgnnError(f"{path}: no such store")
+    try:
+        group = zarr.open_group(str(path), mode="r")
+    except Exception as exc:  # zarr raises several types for a non-store folder
+        raise DistgnnError(f"{path}: not a zarr store ({type(exc).__name__})") from exc
+    names = set(group.array_keys())
+    for name in required:
+        if name not in names:
+            raise DistgnnError(f"{path}: missing array '{name}'")
+    for name in sorted(names):
+        check_chunks_present(group[name], f"{path}/{name}")
+    return group
+
+
+def check_chunks_present(array: zarr.Array, label: str) -> None:
+    """Raise if any chunk of ``array`` is missing on disk (zarr would return the fill value)."""
+    if array.nchunks_initialized != array.nchunks:
+        raise DistgnnError(f"{label}: {array.nchunks - array.nchunks_initialized} of "
+                           f"{array.nchunks} chunks are missing (store damaged or incomplete)")
+
+
+def verify_checksums(group: zarr.Group, label: str, progress_desc: str | None = None) -> None:
+    """Read every chunk of every array, so the crc32c codec checks it; raise on the first bad one."""
+    from distgnn.progress import progress
+
+    for name in sorted(group.array_keys()):
+        array = group[name]
+        check_chunks_present(array, f"{label}/{name}")
+        step = array.chunks[0]
+        for start in progress(range(0, array.shape[0], step), desc=progress_desc or f"verify {name}"):
+            try:
+                array[start:start + step]
+            except Exception as exc:
+                raise DistgnnError(f"{label}/{name}: chunk at row {start} is corrupted "
+                                   f"({type(exc).__name__}: {exc})") from exc

@@ -1,0 +1,72 @@
+// Bindings for CSR construction (distgnn/csr.hpp).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <stdexcept>
+
+#include "bindings.hpp"
+#include "distgnn/csr.hpp"
+
+namespace nb = nanobind;
+template <typename T>
+using Vec = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+namespace {
+
+template <typename Index>
+int64_t count_by_row(Vec<const Index> row, Vec<int64_t> counts) {
+  nb::gil_scoped_release release;
+  return distgnn::csr::count_by_row(row.data(), static_cast<int64_t>(row.shape(0)), counts.data(),
+                                    static_cast<int64_t>(counts.shape(0)));
+}
+
+template <typename Index, typename Out>
+int64_t scatter(Vec<const Index> row, Vec<const Index> col, Vec<int64_t> cursor, Vec<Out> indices,
+                int64_t n_cols) {
+  if (row.shape(0) != col.shape(0)) throw std::invalid_argument("row and col differ in length");
+  nb::gil_scoped_release release;
+  return distgnn::csr::scatter(row.data(), col.data(), static_cast<int64_t>(row.shape(0)),
+                               cursor.data(), indices.data(), n_cols);
+}
+
+template <typename Out>
+void sort_rows(Vec<const int64_t> indptr, Vec<Out> indices, int threads) {
+  nb::gil_scoped_release release;
+  distgnn::csr::sort_rows(indptr.data(), static_cast<int64_t>(indptr.shape(0)) - 1, indices.data(),
+                          threads);
+}
+
+template <typename Out>
+void transpose(Vec<const int64_t> indptr, Vec<const Out> indices, int64_t n_cols,
+               Vec<int64_t> t_indptr, Vec<Out> t_indices) {
+  const int64_t n_rows = static_cast<int64_t>(indptr.shape(0)) - 1;
+  if (static_cast<int64_t>(t_indptr.shape(0)) != n_cols + 1)
+    throw std::invalid_argument("t_indptr must have n_cols + 1 entries");
+  if (t_indices.shape(0) != indices.shape(0))
+    throw std::invalid_argument("t_indices must have as many entries as indices");
+  nb::gil_scoped_release release;
+  distgnn::csr::transpose(indptr.data(), indices.data(), n_rows, n_cols, t_indptr.data(),
+                          t_indices.data());
+}
+
+}  // namespace
+
+void register_csr(nb::module_& m) {
+  const char* count_doc =
+      "count_by_row(row, counts) -> int: counts[row[i]] += 1; returns the first out-of-range "
+      "position, or -1 (then counts is updated).";
+  m.def("csr_count_by_row", &count_by_row<int32_t>, count_doc);
+  m.def("csr_count_by_row", &count_by_row<int64_t>, count_doc);
+  const char* scatter_doc =
+      "scatter(row, col, cursor, indices, n_cols) -> int: indices[cursor[row[i]]++] = col[i]; "
+      "returns the first position whose col is outside [0, n_cols), or -1.";
+  m.def("csr_scatter", &scatter<int32_t, int32_t>, scatter_doc);
+  m.def("csr_scatter", &scatter<int64_t, int32_t>, scatter_doc);
+  m.def("csr_scatter", &scatter<int32_t, int64_t>, scatter_doc);
+  m.def("csr_scatter", &scatter<int64_t, int64_t>, scatter_doc);
+  m.def("csr_sort_rows", &sort_rows<int32_t>, "Sort each row's column ids ascending.");
+  m.def("csr_sort_rows", &sort_rows<int64_t>);
+  m.def("csr_transpose", &transpose<int32_t>,
+        "transpose(indptr, indices, n_cols, t_indptr, t_indices): fill the transposed CSR.");
+  m.def("csr_transpose", &transpose<int64_t>);
+}
