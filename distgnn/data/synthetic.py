@@ -192,3 +192,37 @@ def make_twin(dataset: str, scale: float = 1.0, seed: int = 0) -> GraphSource:
         source="synthetic", multilabel=spec.multilabel, directed=spec.directed,
         add_reverse=not spec.directed, allow_unlabelled=True, scale=scale, seed=seed,
     )
+
+
+def power_law_csr(num_nodes: int, num_edges: int, seed: int = 0,
+                  exponent: float = DEGREE_EXPONENT, threads: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A directed Chung-Lu graph without communities, as a CSR by destination.
+
+    Both endpoints of each of ``num_edges`` edges are drawn with probability proportional to a
+    Pareto weight (tail exponent ``exponent``), so in- and out-degrees are heavy-tailed. Returns
+    (indptr int64 [N+1], indices int32 [E]) with sorted rows; deterministic for ``seed``.
+    """
+    from distgnn import _native
+
+    rng = _rng(seed, 11)
+    weights = (1.0 - rng.random(num_nodes)) ** (-1.0 / (exponent - 1.0))
+    weights = np.minimum(weights, 0.5 * num_nodes / max(num_edges / num_nodes, 1e-9) * weights.mean())
+    cumulative = np.cumsum(weights)
+    counts = np.zeros(num_nodes, dtype=np.int64)
+    blocks = []
+    for block, start in enumerate(range(0, num_edges, EDGE_BLOCK)):
+        count = min(EDGE_BLOCK, num_edges - start)
+        r = _rng(seed, 12, block)
+        ends = np.searchsorted(cumulative, r.random((2, count)) * cumulative[-1], side="right")
+        ends = np.minimum(ends, num_nodes - 1)
+        src, dst = ends[0].astype(np.int32), ends[1].astype(np.int32)
+        _native.csr_count_by_row(dst, counts)
+        blocks.append((src, dst))
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = np.empty(num_edges, dtype=np.int32)
+    cursor = indptr[:-1].copy()
+    for src, dst in blocks:
+        _native.csr_scatter(dst, src, cursor, indices, num_nodes)
+    _native.csr_sort_rows(indptr, indices, threads)
+    return indptr, indices
