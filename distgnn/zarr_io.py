@@ -66,7 +66,7 @@ class ChecksummedWriter:
         if end > self.array.shape[0]:
             raise DistgnnError(f"array '{self.array.basename}': more rows than its {self.array.shape[0]}")
         self.array[self.cursor:end] = block
-        self.hasher.update(block.tobytes())
+        self.hasher.update(memoryview(block).cast("B"))
         self.cursor = end
 
     def finish(self) -> str:
@@ -152,6 +152,15 @@ def check_chunks_present(array: zarr.Array, label: str) -> None:
     if array.nchunks_initialized != array.nchunks:
         raise DistgnnError(f"{label}: {array.nchunks - array.nchunks_initialized} of "
                            f"{array.nchunks} chunks are missing (store damaged or incomplete)")
+
+
+def read(array: zarr.Array, selection: Any = slice(None), label: str | None = None) -> np.ndarray:
+    """``array[selection]``, turning a checksum mismatch or undecodable chunk into one clear line."""
+    try:
+        return array[selection]
+    except Exception as exc:
+        raise DistgnnError(f"{label or array.name}: cannot read chunk data, store corrupted "
+                           f"({type(exc).__name__}: {exc})") from exc
 
 
 def verify_checksums(group: zarr.Group, label: str, progress_desc: str | None = None) -> None:
