@@ -138,13 +138,18 @@ def open_checked(path: str | os.PathLike, required: tuple[str, ...] = ()) -> zar
         group = zarr.open_group(str(path), mode="r")
     except Exception as exc:  # zarr raises several types for a non-store folder
         raise DistgnnError(f"{path}: not a zarr store ({type(exc).__name__})") from exc
-    names = set(group.array_keys())
+    names = array_names(group)
     for name in required:
         if name not in names:
             raise DistgnnError(f"{path}: missing array '{name}'")
     for name in sorted(names):
         check_chunks_present(group[name], f"{path}/{name}")
     return group
+
+
+def array_names(group: zarr.Group) -> set[str]:
+    """Paths (relative to ``group``, ``a/b`` for nested groups) of every array inside it."""
+    return {name for name, member in group.members(max_depth=None) if isinstance(member, zarr.Array)}
 
 
 def check_chunks_present(array: zarr.Array, label: str) -> None:
@@ -167,7 +172,7 @@ def verify_checksums(group: zarr.Group, label: str, progress_desc: str | None = 
     """Read every chunk of every array, so the crc32c codec checks it; raise on the first bad one."""
     from distgnn.progress import progress
 
-    for name in sorted(group.array_keys()):
+    for name in sorted(array_names(group)):
         array = group[name]
         check_chunks_present(array, f"{label}/{name}")
         step = array.chunks[0]

@@ -260,6 +260,7 @@ def write_graph_store(source: GraphSource, path: str | os.PathLike, *, overwrite
         attrs = {
             "format_version": FORMAT_VERSION,
             "name": source.name,
+            "store": path.parent.name,
             "num_nodes": n,
             "num_edges": num_edges,
             "num_classes": source.num_classes,
