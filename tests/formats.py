@@ -91,8 +91,12 @@ def write_planetoid(folder: Path, name: str, *, feat: np.ndarray, labels: np.nda
     onehot[np.flatnonzero(have), labels[have]] = 1
 
     def dump(ext: str, obj: object) -> None:
-        with open(folder / f"ind.{name}.{ext}", "wb") as f:
-            pickle.dump(obj, f, protocol=2)
+        # protocol 2 with the module paths of the published (Python 2 era) files
+        data = pickle.dumps(obj, protocol=2)
+        for new, old in ((b"scipy.sparse._csr\n", b"scipy.sparse.csr\n"),
+                         (b"numpy._core.multiarray\n", b"numpy.core.multiarray\n")):
+            data = data.replace(new, old)
+        (folder / f"ind.{name}.{ext}").write_bytes(data)
 
     dump("x", sp.csr_matrix(feat[:num_train].astype(np.float32)))
     dump("y", onehot[:num_train])

@@ -369,3 +369,95 @@ def test_damaged_source_is_one_line_and_leaves_no_store(tmp_path, monkeypatch, c
     named = "edge.csv.gz" if case == "edge-count" else target.name
     assert named in message, message
     assert_no_store(tmp_path / "data")
+
+
+# --- downloads from a local HTTP server ------------------------------------------------------
+
+class _Server:
+    """Serves a folder on 127.0.0.1 (a stand-in for the publisher's server; no network)."""
+
+    def __init__(self, folder: Path, truncate_to: int | None = None):
+        import functools
+        import http.server
+        import threading
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def copyfile(self, source, outputfile):
+                if truncate_to is None:
+                    return super().copyfile(source, outputfile)
+                outputfile.write(source.read(truncate_to))  # then close: a cut connection
+
+        handler = functools.partial(Handler, directory=str(folder))
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("dataset", ["cora", "reddit", "ogbn-products"])
+def test_download_then_convert_matches_source(tmp_path, monkeypatch, dataset):
+    monkeypatch.setenv(reddit.READER_ENV, "own")
+    served = tmp_path / "served"
+    served.mkdir()
+    if dataset == "cora":
+        monkeypatch.setattr(planetoid, "NUM_VAL", 10)
+        folder, *_ = make_planetoid(tmp_path, "cora", False)
+        for path in folder.iterdir():
+            (served / path.name).write_bytes(path.read_bytes())
+    elif dataset == "reddit":
+        folder, *_ = make_reddit(tmp_path)
+        formats.zip_folder(folder, served / "reddit.zip", "")
+    else:
+        folder, *_ = make_products(tmp_path)
+        formats.zip_folder(folder, served / "products.zip", "products")
+    server = _Server(served)
+    try:
+        monkeypatch.setattr(planetoid, "URL", server.url + "/ind.{name}.{ext}")
+        monkeypatch.setattr(reddit, "URL", server.url + "/reddit.zip")
+        real_meta = ogb_source.ogb_meta
+        monkeypatch.setattr(ogb_source, "ogb_meta", lambda d: ogb_source.OgbMeta(
+            **{**real_meta(d).__dict__, "url": server.url + "/products.zip"}))
+        downloaded = GraphStore.open(fetch(dataset, root=tmp_path / "dl"))
+    finally:
+        server.close()
+    local = GraphStore.open(fetch(dataset, root=tmp_path / "local", source=folder))
+    assert downloaded.attrs["checksum"] == local.attrs["checksum"]
+    assert server.url in downloaded.attrs["source"]
+    leftovers = [p.name for p in (tmp_path / "dl").rglob("*") if ".part" in p.name or p.suffix == ".zip"]
+    assert not leftovers
+
+
+def test_cut_download_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "reddit.zip").write_bytes(b"x" * 100_000)
+    server = _Server(served, truncate_to=1000)
+    try:
+        monkeypatch.setattr(reddit, "URL", server.url + "/reddit.zip")
+        with pytest.raises(DistgnnError) as info:
+            fetch("reddit", root=tmp_path / "data")
+    finally:
+        server.close()
+    message = str(info.value)
+    assert "\n" not in message and "reddit" in message and server.url in message
+    assert "--source" in message and "1000 of 100000 bytes" in message
+    assert not [p for p in (tmp_path / "data").rglob("*") if p.is_file()]
+
+
+def test_csv_blocks_hold_at_most_the_requested_rows(tmp_path):
+    from distgnn.data.csv_stream import iter_csv
+
+    rows = np.arange(23 * 3, dtype=np.int64).reshape(23, 3)
+    formats.write_csv_gz(tmp_path / "a.csv.gz", rows)
+    blocks = list(iter_csv(tmp_path / "a.csv.gz", 10, np.int64, width=3))
+    assert [len(b) for b in blocks] == [10, 10, 3]
+    np.testing.assert_array_equal(np.concatenate(blocks), rows)
+    with pytest.raises(DistgnnError, match="3 columns, expected 4"):
+        list(iter_csv(tmp_path / "a.csv.gz", 10, np.int64, width=4))

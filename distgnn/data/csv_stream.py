@@ -16,6 +16,8 @@ import pandas as pd
 
 from distgnn.errors import DistgnnError
 
+#: Slices parsed per yielded block (bounds the tokenizer's memory to about one block).
+PARSE_SLICES = 8
 _READ_ERRORS = (EOFError, OSError, zlib.error, gzip.BadGzipFile, ValueError, TypeError,
                 pd.errors.ParserError)
 
@@ -32,20 +34,34 @@ def iter_csv(path: str | os.PathLike, rows: int, dtype: type | np.dtype,
              width: int | None = None) -> Iterator[np.ndarray]:
     """Yield consecutive blocks [<= rows, width] of the csv.gz at ``path`` as ``dtype``.
 
-    An empty file yields nothing. ``width`` (columns) is checked when given.
+    An empty file yields nothing. ``width`` (columns) is checked when given. The text is parsed
+    in slices of ``rows / PARSE_SLICES`` rows: pandas' tokenizer holds several times the parsed
+    bytes, so parsing a whole block at once would take far more memory than the block itself.
     """
     path = Path(path)
     if not path.is_file():
         raise DistgnnError(f"{path}: file not found")
+    rows = max(1, rows)
+    pending: list[np.ndarray] = []
+    count = 0
     try:
-        reader = pd.read_csv(path, header=None, chunksize=max(1, rows), dtype=dtype,
-                             compression="gzip", engine="c")
+        reader = pd.read_csv(path, header=None, chunksize=max(1, rows // PARSE_SLICES),
+                             dtype=dtype, compression="gzip", engine="c")
         with reader:
             for frame in reader:
-                block = frame.to_numpy(dtype=dtype)
-                if width is not None and block.shape[1] != width:
-                    raise DistgnnError(f"{path}: {block.shape[1]} columns, expected {width}")
-                yield block
+                part = frame.to_numpy(dtype=dtype)
+                del frame
+                if width is not None and part.shape[1] != width:
+                    raise DistgnnError(f"{path}: {part.shape[1]} columns, expected {width}")
+                pending.append(part)
+                count += len(part)
+                while count >= rows:
+                    joined = np.concatenate(pending) if len(pending) > 1 else pending[0]
+                    pending = [joined[rows:]] if count > rows else []
+                    count -= rows
+                    yield joined[:rows]
+        if count:
+            yield np.concatenate(pending)
     except pd.errors.EmptyDataError:
         return
     except _READ_ERRORS as exc:

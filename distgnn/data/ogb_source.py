@@ -199,7 +199,11 @@ class _CsvLayout:
         self.num_edges = _count(raw / "num-edge-list.csv.gz")
         self.edge_file = str(raw / "edge.csv.gz")
         self.label_file = str(raw / "node-label.csv.gz")
+        if not (raw / "edge.csv.gz").is_file():
+            raise DistgnnError(f"{self.edge_file}: file not found")
         node_feat, edge_feat = raw / "node-feat.csv.gz", raw / "edge-feat.csv.gz"
+        self._sums: np.ndarray | None = None    # proteins: per-vertex sums of edge features
+        self._degree: np.ndarray | None = None  # and the number of edges summed
         if node_feat.is_file():
             self.feat_file = str(node_feat)
             self.edge_feat_file = None
@@ -207,8 +211,6 @@ class _CsvLayout:
             # proteins: vertex features are the mean of incident edge features
             self.feat_file = f"{edge_feat} (mean over incident edges)"
             self.edge_feat_file = edge_feat
-            self._sums: np.ndarray | None = None
-            self._degree: np.ndarray | None = None
         else:
             raise DistgnnError(f"{node_feat}: file not found (nor edge-feat.csv.gz)")
         self.feat_dim = num_columns(self.edge_feat_file or node_feat)
@@ -272,9 +274,9 @@ class _CsvLayout:
             for _ in self._accumulate(sums, degree):
                 pass
             self._sums, self._degree = sums, degree
-        mean = self._sums / np.maximum(self._degree, 1)[:, None]
         for start in range(0, self.num_nodes, rows):
-            yield mean[start:start + rows].astype(np.float32)
+            degree = np.maximum(self._degree[start:start + rows], 1)[:, None]
+            yield (self._sums[start:start + rows] / degree).astype(np.float32)
 
 
 class _BinaryLayout:
