@@ -461,3 +461,16 @@ def test_csv_blocks_hold_at_most_the_requested_rows(tmp_path):
     np.testing.assert_array_equal(np.concatenate(blocks), rows)
     with pytest.raises(DistgnnError, match="3 columns, expected 4"):
         list(iter_csv(tmp_path / "a.csv.gz", 10, np.int64, width=4))
+
+
+def test_undirected_flag_does_not_double_symmetric_sources(tmp_path, monkeypatch):
+    """cora and reddit already hold both directions: --undirected must not add a second copy."""
+    monkeypatch.setenv(reddit.READER_ENV, "own")
+    cora, *_ = make_planetoid(tmp_path, "cora", False)
+    red, *_ = make_reddit(tmp_path)
+    for dataset, folder in (("cora", cora), ("reddit", red)):
+        plain = GraphStore.open(fetch(dataset, root=tmp_path / "plain", source=folder))
+        undirected = GraphStore.open(fetch(dataset, root=tmp_path / "und", source=folder,
+                                           undirected=True))
+        assert undirected.num_edges == plain.num_edges
+        assert undirected.attrs["checksum"] == plain.attrs["checksum"]

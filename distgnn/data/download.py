@@ -41,7 +41,6 @@ def download(url: str, dest: str | os.PathLike, *, dataset: str, source_help: st
     dest = Path(dest)
     if dest.is_file():
         return dest
-    dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.part-{os.getpid()}")
     try:
         try:
@@ -50,6 +49,7 @@ def download(url: str, dest: str | os.PathLike, *, dataset: str, source_help: st
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise _offline(dataset, url, reason, source_help) from exc
+        dest.parent.mkdir(parents=True, exist_ok=True)  # only once the server answered
         with response, open(tmp, "wb") as out:
             total = response.headers.get("Content-Length")
             total = int(total) if total and total.isdigit() else None
