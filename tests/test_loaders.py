@@ -255,11 +255,12 @@ def test_planetoid_pickle_cannot_run_code(tmp_path):
 
 # --- Reddit npz ------------------------------------------------------------------------------
 
-def make_reddit(tmp_path: Path, fmt: str = "coo", sub: str = "reddit"):
+def make_reddit(tmp_path: Path, fmt: str = "coo", sub: str = "reddit", symmetric: bool = True):
     rng = np.random.default_rng(5)
     n, e, f = 45, 160, 9
     pairs = np.unique(rng.integers(0, n, size=(e, 2)), axis=0)
-    pairs = np.unique(np.concatenate([pairs, pairs[:, ::-1]]), axis=0)  # both directions, as published
+    if symmetric:  # both directions, as published
+        pairs = np.unique(np.concatenate([pairs, pairs[:, ::-1]]), axis=0)
     pairs = rng.permutation(pairs)
     feat = rng.standard_normal((n, f)).astype(np.float32)
     labels = rng.integers(0, reddit.NUM_CLASSES, size=n)
@@ -269,8 +270,9 @@ def make_reddit(tmp_path: Path, fmt: str = "coo", sub: str = "reddit"):
     return folder, pairs, feat, labels, node_types
 
 
-def test_reddit_own_reader_matches_reference_and_dgl(tmp_path, monkeypatch):
-    folder, pairs, feat, labels, node_types = make_reddit(tmp_path)
+@pytest.mark.parametrize("symmetric", [True, False])  # one-way edges pin down the direction
+def test_reddit_own_reader_matches_reference_and_dgl(tmp_path, monkeypatch, symmetric):
+    folder, pairs, feat, labels, node_types = make_reddit(tmp_path, symmetric=symmetric)
     monkeypatch.setattr(reddit, "EDGE_BLOCK", 31)
     monkeypatch.setenv(reddit.READER_ENV, "own")
     own = GraphStore.open(fetch("reddit", root=tmp_path / "own", source=folder, budget=9 * 4 * 8))
