@@ -342,8 +342,9 @@ def _papers(tmp_path: Path) -> Path:
                                     ids=random_split(rng, np.arange(n)))
 
 
-@pytest.mark.parametrize("case", ["feat-truncated", "edge-missing", "edge-count", "npz-truncated",
-                                  "pickle-truncated", "pickle-missing", "reddit-truncated"])
+@pytest.mark.parametrize("case", ["feat-truncated", "edge-missing", "edge-count", "label-short",
+                                  "npz-truncated", "pickle-truncated", "pickle-missing",
+                                  "reddit-truncated"])
 def test_damaged_source_is_one_line_and_leaves_no_store(tmp_path, monkeypatch, case):
     monkeypatch.setenv(reddit.READER_ENV, "own")
     if case.startswith("pickle"):
@@ -357,11 +358,14 @@ def test_damaged_source_is_one_line_and_leaves_no_store(tmp_path, monkeypatch, c
         target = folder / "raw" / "data.npz"
     else:
         dataset, (folder, *_) = "ogbn-products", make_products(tmp_path, n=400, f=20)
-        target = folder / "raw" / ("node-feat.csv.gz" if case == "feat-truncated" else "edge.csv.gz")
+        target = folder / "raw" / {"feat-truncated": "node-feat.csv.gz",
+                                   "label-short": "node-label.csv.gz"}.get(case, "edge.csv.gz")
     if case.endswith("missing"):
         target.unlink()
     elif case == "edge-count":
         formats.write_csv_gz(folder / "raw" / "num-edge-list.csv.gz", np.array([151]))
+    elif case == "label-short":
+        formats.write_csv_gz(target, np.zeros(399, dtype=np.int64))  # 400 vertices
     else:
         formats.truncate(target, 0.6)
     with pytest.raises(DistgnnError) as info:

@@ -146,6 +146,9 @@ def read_ogb(dataset: str, *, source: Path | None = None, download_dir: Path,
     reader = _BinaryLayout(folder) if meta.binary else _CsvLayout(folder, meta)
     labels, multilabel_labels = reader.labels(meta)
     n = reader.num_nodes
+    if len(labels) != n:
+        raise DistgnnError(f"{reader.label_file}: {len(labels)} label rows for {n} vertices "
+                           f"(num-node-list)")
     masks, files = {}, {}
     for key, part in SPLITS:
         path = folder / "split" / meta.split / f"{part}.csv.gz"
