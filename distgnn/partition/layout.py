@@ -43,7 +43,7 @@ def members(replicas: np.ndarray, k: int) -> np.ndarray:
 def replica_counts(replicas: np.ndarray) -> np.ndarray:
     """Replicas per vertex (int64 [N]) from the bitsets [N, W]."""
     counts = np.zeros(replicas.shape[0], dtype=np.int64)
-    as_bytes = replicas.view(np.uint8).reshape(replicas.shape[0], -1)
+    as_bytes = np.ascontiguousarray(replicas).view(np.uint8).reshape(replicas.shape[0], 8 * replicas.shape[1])
     table = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
     for col in range(as_bytes.shape[1]):
         counts += table[as_bytes[:, col]]
