@@ -10,7 +10,7 @@ from distgnn.progress import set_quiet
 
 #: Subcommand modules under distgnn.commands; each defines ``register(subparsers)`` which adds its
 #: parser and sets ``func`` (called with the parsed arguments).
-COMMANDS = ("fetch", "inspect")
+COMMANDS = ("fetch", "inspect", "launch", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
