@@ -1,10 +1,6 @@
 # Helpers shared by all stages: store names, target lists, command-line options.
 from distgnn.data.graph_store import store_name
-
-
-#: The figures every report writes (names fixed by `distgnn report`).
-REPORT_FILES = ["summary.csv", "summary.md", "epoch_time.png", "test_vs_epoch.png",
-                "test_vs_time.png", "replication.png"]
+from distgnn.report.make import REPORT_FILES  # the files every report writes
 
 
 def datasets_by_store():
