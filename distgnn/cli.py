@@ -6,11 +6,12 @@ import importlib
 import sys
 
 from distgnn.errors import DistgnnError
+from distgnn.memory import fix_mmap_threshold
 from distgnn.progress import set_quiet
 
 #: Subcommand modules under distgnn.commands; each defines ``register(subparsers)`` which adds its
 #: parser and sets ``func`` (called with the parsed arguments).
-COMMANDS = ("fetch", "inspect", "launch", "report")
+COMMANDS = ("fetch", "inspect", "partition", "verify", "train", "launch", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    fix_mmap_threshold()
     parser = build_parser()
     args = parser.parse_args(argv)
     set_quiet(getattr(args, "quiet", False))

@@ -3,3 +3,8 @@
 
 class DistgnnError(Exception):
     """An error caused by input or environment, reported to the user as one line (no traceback)."""
+
+
+class CollectiveError(DistgnnError):
+    """A user error that every MPI rank detects alike (e.g. a wrong rank count): rank 0 reports it
+    and every rank exits, without aborting the job."""

@@ -66,7 +66,7 @@ class ChecksummedWriter:
         if end > self.array.shape[0]:
             raise DistgnnError(f"array '{self.array.basename}': more rows than its {self.array.shape[0]}")
         self.array[self.cursor:end] = block
-        self.hasher.update(block.tobytes())
+        self.hasher.update(memoryview(block).cast("B"))
         self.cursor = end
 
     def finish(self) -> str:
@@ -138,13 +138,18 @@ def open_checked(path: str | os.PathLike, required: tuple[str, ...] = ()) -> zar
         group = zarr.open_group(str(path), mode="r")
     except Exception as exc:  # zarr raises several types for a non-store folder
         raise DistgnnError(f"{path}: not a zarr store ({type(exc).__name__})") from exc
-    names = set(group.array_keys())
+    names = array_names(group)
     for name in required:
         if name not in names:
             raise DistgnnError(f"{path}: missing array '{name}'")
     for name in sorted(names):
         check_chunks_present(group[name], f"{path}/{name}")
     return group
+
+
+def array_names(group: zarr.Group) -> set[str]:
+    """Paths (relative to ``group``, ``a/b`` for nested groups) of every array inside it."""
+    return {name for name, member in group.members(max_depth=None) if isinstance(member, zarr.Array)}
 
 
 def check_chunks_present(array: zarr.Array, label: str) -> None:
@@ -154,11 +159,20 @@ def check_chunks_present(array: zarr.Array, label: str) -> None:
                            f"{array.nchunks} chunks are missing (store damaged or incomplete)")
 
 
+def read(array: zarr.Array, selection: Any = slice(None), label: str | None = None) -> np.ndarray:
+    """``array[selection]``, turning a checksum mismatch or undecodable chunk into one clear line."""
+    try:
+        return array[selection]
+    except Exception as exc:
+        raise DistgnnError(f"{label or array.name}: cannot read chunk data, store corrupted "
+                           f"({type(exc).__name__}: {exc})") from exc
+
+
 def verify_checksums(group: zarr.Group, label: str, progress_desc: str | None = None) -> None:
     """Read every chunk of every array, so the crc32c codec checks it; raise on the first bad one."""
     from distgnn.progress import progress
 
-    for name in sorted(group.array_keys()):
+    for name in sorted(array_names(group)):
         array = group[name]
         check_chunks_present(array, f"{label}/{name}")
         step = array.chunks[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from distgnn.data.fetch import DATASETS, fetch
+from distgnn.data.fetch import DATASETS, fetch, store_path
 from distgnn.data.graph_store import DEFAULT_CHUNK_BUDGET
 
 
@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
+    target = store_path(args.root, args.dataset, args.scale, args.seed, args.name)
+    if target.exists() and not args.force:
+        print(f"{target} exists (--force rebuilds it)")
+        return 0
     path = fetch(args.dataset, root=args.root, source=args.source, name=args.name, scale=args.scale,
                  seed=args.seed, undirected=args.undirected, force=args.force,
                  budget=int(args.chunk_mb * 2**20), threads=args.threads)

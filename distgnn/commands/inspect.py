@@ -19,6 +19,9 @@ def describe(path: Path) -> str:
         from distgnn.data.describe import describe_graph
         from distgnn.data.graph_store import GraphStore
         return describe_graph(GraphStore.open(path))
+    if (path / "assignment.zarr").exists():
+        from distgnn.partition.describe import describe_partition
+        return describe_partition(path)
     if (path / "graph.zarr").exists():
         return describe(path / "graph.zarr")
     raise DistgnnError(f"{path}: not a graph store or partition folder")

@@ -41,13 +41,13 @@ def describe_graph(store: GraphStore) -> str:
     lines.append(f"  out  {_fmt_stats(degree_stats(out_degree))}")
     isolated = int(((in_degree == 0) & (out_degree == 0)).sum())
     lines.append(f"  isolated vertices {isolated}")
-    masks = {k: store[k][:] for k in MASKS}
+    masks = {k: store.read(k) for k in MASKS}
     lines.append("masks:")
     for k, v in masks.items():
         lines.append(f"  {k:<12} {int(v.sum()):>10}  ({100.0 * v.mean() if n else 0:.1f}%)")
     overlap = int((masks["train_mask"] & (masks["val_mask"] | masks["test_mask"])).sum())
     lines.append(f"  train overlapping val/test: {overlap}")
-    labels = store["label"][:]
+    labels = store.read("label")
     if attrs.get("multilabel"):
         positive = labels.mean(axis=0) if n else np.zeros(labels.shape[1])
         lines.append(f"labels: {labels.shape[1]} binary tasks, positive rate min "

@@ -50,16 +50,21 @@ def open_source(dataset: str, *, source: str | Path | None = None, download_dir:
                             download_dir=download_dir, undirected=undirected, seed=seed)
 
 
+def store_path(root: str | Path, dataset: str, scale: float = 1.0, seed: int = 0,
+               name: str | None = None) -> Path:
+    """Where ``fetch`` writes: ``<root>/<store>/graph.zarr``."""
+    return Path(root) / store_name(dataset, scale, seed, name) / "graph.zarr"
+
+
 def fetch(dataset: str, *, root: str | Path = "data", source: str | Path | None = None,
           name: str | None = None, scale: float = 1.0, seed: int = 0, undirected: bool = False,
           force: bool = False, budget: int = DEFAULT_CHUNK_BUDGET, threads: int = 0) -> Path:
     """Write ``<root>/<store>/graph.zarr`` and return its path; an existing complete store is kept
     unless ``force``."""
-    store = store_name(dataset, scale, seed, name)
-    target = Path(root) / store / "graph.zarr"
+    target = store_path(root, dataset, scale, seed, name)
     if target.exists() and not force:
         return target
-    graph = open_source(dataset, source=source, download_dir=Path(root) / store / "raw",
+    graph = open_source(dataset, source=source, download_dir=target.parent / "raw",
                         scale=scale, seed=seed, undirected=undirected)
     if undirected and dataset not in ("npy",) and not graph.add_reverse:
         graph.add_reverse = True

@@ -31,7 +31,7 @@ from distgnn.data.source import GraphSource
 from distgnn.errors import DistgnnError
 from distgnn.progress import progress
 from distgnn.zarr_io import (AtomicGroup, ChecksummedWriter, combine_digests, create_array,
-                             open_checked)
+                             open_checked, read, rows_per_chunk)
 
 FORMAT_VERSION = 1
 MASKS = ("train_mask", "val_mask", "test_mask")
@@ -82,9 +82,13 @@ class GraphStore:
     def __getitem__(self, name: str) -> zarr.Array:
         return self.group[name]
 
+    def read(self, name: str, selection: Any = slice(None)) -> np.ndarray:
+        """Rows ``selection`` of array ``name``; a damaged chunk raises one clear line."""
+        return read(self.group[name], selection, f"{self.path}/{name}")
+
     def csr(self) -> tuple[np.ndarray, np.ndarray]:
         """(indptr int64 [N+1], indices [E]) read fully into memory."""
-        return self.group["indptr"][:], self.group["indices"][:]
+        return self.read("indptr"), self.read("indices")
 
 
 class _EdgeSpool:
@@ -221,7 +225,10 @@ def write_graph_store(source: GraphSource, path: str | os.PathLike, *, overwrite
         num_edges = len(indices)
         del indptr, indices
 
-        feat_writer = ChecksummedWriter(create_array(store.group, "feat", (n, f), np.float32))
+        # One zarr chunk is at most a quarter of the budget: encoding holds a few copies of it.
+        feat_chunk_rows = max(1, min(rows_per_chunk((f,), np.float32), budget // 4 // max(f * 4, 1)))
+        feat_writer = ChecksummedWriter(create_array(store.group, "feat", (n, f), np.float32,
+                                                     chunk_rows=feat_chunk_rows))
         feat_file = source.files.get("features", "features")
         rows_budget = max(1, budget // max(f * 4, 1))
         bar = progress(desc=f"{source.name}: features", total=n, unit=" rows", unit_scale=True)
@@ -233,7 +240,8 @@ def write_graph_store(source: GraphSource, path: str | os.PathLike, *, overwrite
             if not np.isfinite(block).all():
                 bad = int(np.argwhere(~np.isfinite(block))[0][0]) + feat_writer.cursor
                 raise DistgnnError(f"{feat_file}: NaN or Inf in the features of vertex {bad}")
-            feat_writer.write(block)
+            for start in range(0, block.shape[0], feat_chunk_rows):
+                feat_writer.write(block[start:start + feat_chunk_rows])
             bar.update(block.shape[0])
         bar.close()
         if feat_writer.cursor != n:
@@ -252,6 +260,7 @@ def write_graph_store(source: GraphSource, path: str | os.PathLike, *, overwrite
         attrs = {
             "format_version": FORMAT_VERSION,
             "name": source.name,
+            "store": path.parent.name,
             "num_nodes": n,
             "num_edges": num_edges,
             "num_classes": source.num_classes,

@@ -33,7 +33,9 @@ def read_header(stream: BinaryIO, label: str) -> NpyHeader:
     """Parse the header of an .npy stream, leaving the stream at the first data byte."""
     try:
         version = npy_format.read_magic(stream)
-        shape, fortran, dtype = npy_format._read_array_header(stream, version)  # noqa: SLF001
+        reader = (npy_format.read_array_header_1_0 if version == (1, 0)
+                  else npy_format.read_array_header_2_0)
+        shape, fortran, dtype = reader(stream)
     except Exception as exc:
         raise DistgnnError(f"{label}: not a valid .npy array ({exc})") from exc
     if dtype.hasobject:

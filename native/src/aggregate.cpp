@@ -1,4 +1,170 @@
-// Bindings for the aggregation kernels (issue: native aggregation kernels). None yet.
-#include "bindings.hpp"
+// Bindings for the aggregation kernels (distgnn/aggregate.hpp) and keyed dropout
+// (distgnn/dropout.hpp). Arrays arrive zero-copy (numpy, or torch through DLPack); every array
+// argument is `noconvert`, so a wrong dtype is refused instead of silently copied (an output copy
+// would be lost). Shapes are checked here; index ranges are checked once per graph by the caller
+// (aggregate_index_bound). The GIL is released while a kernel runs.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 
-void register_aggregate(nanobind::module_&) {}
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "bindings.hpp"
+#include "distgnn/aggregate.hpp"
+#include "distgnn/dropout.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+template <typename T>
+using Vec = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+template <typename T>
+using Mat = nb::ndarray<T, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+
+namespace {
+
+namespace agg = distgnn::aggregate;
+
+template <typename T, typename I>
+void spmm(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const T> x, Mat<T> y,
+          std::optional<Vec<const T>> scale, std::optional<Mat<const T>> self, int threads,
+          int64_t chunk_edges, int block, int prefetch) {
+  if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must have at least one entry");
+  const int64_t n_rows = static_cast<int64_t>(indptr.shape(0)) - 1;
+  const int64_t F = static_cast<int64_t>(x.shape(1));
+  if (static_cast<int64_t>(y.shape(0)) != n_rows || static_cast<int64_t>(y.shape(1)) != F)
+    throw std::invalid_argument("y must have shape [len(indptr) - 1, x.shape[1]]");
+  const int64_t* ip = indptr.data();
+  if (ip[0] != 0 || ip[n_rows] > static_cast<int64_t>(indices.shape(0)))
+    throw std::invalid_argument("indptr must start at 0 and end within indices");
+  if (scale && static_cast<int64_t>(scale->shape(0)) != n_rows)
+    throw std::invalid_argument("scale must have len(indptr) - 1 entries");
+  int64_t n_self = 0;
+  if (self) {
+    if (static_cast<int64_t>(self->shape(1)) != F)
+      throw std::invalid_argument("self must have x.shape[1] columns");
+    n_self = std::min<int64_t>(n_rows, static_cast<int64_t>(self->shape(0)));
+  }
+  if (!agg::valid_block(block)) throw std::invalid_argument("block must be 0, 8, 16, ..., 256");
+  if (static_cast<const void*>(x.data()) == static_cast<const void*>(y.data()) && n_rows > 0)
+    throw std::invalid_argument("y must not alias x");
+  const T* s = scale ? scale->data() : nullptr;
+  const T* sf = self ? self->data() : nullptr;
+  agg::Options opt{chunk_edges, block, prefetch};
+  nb::gil_scoped_release release;
+  agg::spmm(ip, indices.data(), n_rows, x.data(), F, s, sf, n_self, y.data(), threads, opt);
+}
+
+template <typename I>
+int64_t index_bound(Vec<const I> indices, int threads) {
+  nb::gil_scoped_release release;
+  return agg::index_bound(indices.data(), static_cast<int64_t>(indices.shape(0)), threads);
+}
+
+template <typename T, typename I>
+void gather_rows(Mat<const T> x, Vec<const I> rows, Mat<T> out, int threads) {
+  const int64_t n = static_cast<int64_t>(rows.shape(0));
+  const int64_t F = static_cast<int64_t>(x.shape(1));
+  if (static_cast<int64_t>(out.shape(0)) != n || static_cast<int64_t>(out.shape(1)) != F)
+    throw std::invalid_argument("out must have shape [len(rows), x.shape[1]]");
+  const int64_t bound = agg::index_bound(rows.data(), n, threads);
+  if (bound < 0 || bound > static_cast<int64_t>(x.shape(0)))
+    throw std::invalid_argument("rows must lie in [0, x.shape[0])");
+  nb::gil_scoped_release release;
+  agg::gather_rows(x.data(), F, rows.data(), n, out.data(), threads);
+}
+
+template <typename T, typename I>
+void scatter_add_rows(Mat<const T> x, Vec<const I> rows, Mat<T> y, int threads) {
+  const int64_t n = static_cast<int64_t>(rows.shape(0));
+  const int64_t F = static_cast<int64_t>(y.shape(1));
+  if (static_cast<int64_t>(x.shape(0)) != n || static_cast<int64_t>(x.shape(1)) != F)
+    throw std::invalid_argument("x must have shape [len(rows), y.shape[1]]");
+  const int64_t bound = agg::index_bound(rows.data(), n, threads);
+  if (bound < 0 || bound > static_cast<int64_t>(y.shape(0)))
+    throw std::invalid_argument("rows must lie in [0, y.shape[0])");
+  nb::gil_scoped_release release;
+  agg::scatter_add_rows(x.data(), F, rows.data(), n, y.data(), threads);
+}
+
+void check_p(double p) {
+  if (!(p >= 0.0 && p <= 1.0)) throw std::invalid_argument("dropout p must lie in [0, 1]");
+}
+
+template <typename T, typename G>
+void dropout_apply(Mat<const T> x, Vec<const G> gids, Mat<T> out, double p, uint64_t seed,
+                   uint64_t epoch, uint64_t layer, int threads) {
+  check_p(p);
+  const int64_t n = static_cast<int64_t>(x.shape(0)), F = static_cast<int64_t>(x.shape(1));
+  if (static_cast<int64_t>(gids.shape(0)) != n)
+    throw std::invalid_argument("global_ids must have x.shape[0] entries");
+  if (static_cast<int64_t>(out.shape(0)) != n || static_cast<int64_t>(out.shape(1)) != F)
+    throw std::invalid_argument("out must have the shape of x");
+  nb::gil_scoped_release release;
+  distgnn::dropout::apply(x.data(), gids.data(), n, F, p, seed, epoch, layer, out.data(), threads);
+}
+
+template <typename T, typename G>
+void dropout_mask(Vec<const G> gids, Mat<T> out, double p, uint64_t seed, uint64_t epoch,
+                  uint64_t layer, int threads) {
+  check_p(p);
+  const int64_t n = static_cast<int64_t>(out.shape(0)), F = static_cast<int64_t>(out.shape(1));
+  if (static_cast<int64_t>(gids.shape(0)) != n)
+    throw std::invalid_argument("global_ids must have out.shape[0] entries");
+  nb::gil_scoped_release release;
+  distgnn::dropout::apply(static_cast<const T*>(nullptr), gids.data(), n, F, p, seed, epoch,
+                          layer, out.data(), threads);
+}
+
+template <typename T, typename I>
+void def_typed(nb::module_& m) {
+  m.def("aggregate_spmm", &spmm<T, I>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
+        "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
+        "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,
+        "prefetch"_a = 0,
+        "aggregate_spmm(indptr, indices, x, y, scale=None, self=None, threads=0, chunk_edges=0, "
+        "block=0, prefetch=0): y[v] = scale[v] * (sum_{e in row v} x[indices[e]] + self[v]) for "
+        "v < len(indptr) - 1 (self only for v < len(self)). x [n_src, F], y [n_rows, F], scale "
+        "[n_rows]; the same float dtype throughout. Index values must lie in [0, n_src).");
+  m.def("gather_rows", &gather_rows<T, I>, "x"_a.noconvert(), "rows"_a.noconvert(),
+        "out"_a.noconvert(), "threads"_a = 0, "gather_rows(x, rows, out, threads=0): out[i] = x[rows[i]].");
+  m.def("scatter_add_rows", &scatter_add_rows<T, I>, "x"_a.noconvert(), "rows"_a.noconvert(),
+        "y"_a.noconvert(), "threads"_a = 0,
+        "scatter_add_rows(x, rows, y, threads=0): y[rows[i]] += x[i] (rows may repeat).");
+  m.def("dropout_apply", &dropout_apply<T, I>, "x"_a.noconvert(), "global_ids"_a.noconvert(),
+        "out"_a.noconvert(), "p"_a, "seed"_a, "epoch"_a, "layer"_a, "threads"_a = 0,
+        "dropout_apply(x, global_ids, out, p, seed, epoch, layer, threads=0): out = x * mask, "
+        "mask keyed by (seed, epoch, layer, global id, column), kept entries scaled by 1/(1-p).");
+  m.def("dropout_mask", &dropout_mask<T, I>, "global_ids"_a.noconvert(), "out"_a.noconvert(),
+        "p"_a, "seed"_a, "epoch"_a, "layer"_a, "threads"_a = 0,
+        "dropout_mask(global_ids, out, p, seed, epoch, layer, threads=0): out = the scaled mask.");
+}
+
+std::string isa_name() {
+#ifdef DISTGNN_NATIVE_ARCH
+  return "native";
+#else
+  switch (agg::detail::detect_isa()) {
+    case agg::detail::Isa::avx512: return "avx512";
+    case agg::detail::Isa::avx2: return "avx2";
+    default: return "base";
+  }
+#endif
+}
+
+}  // namespace
+
+void register_aggregate(nb::module_& m) {
+  def_typed<float, int32_t>(m);
+  def_typed<float, int64_t>(m);
+  def_typed<double, int32_t>(m);
+  def_typed<double, int64_t>(m);
+  m.def("aggregate_index_bound", &index_bound<int32_t>, "indices"_a.noconvert(), "threads"_a = 0,
+        "max(indices) + 1 (0 when empty), or -1 when an index is negative.");
+  m.def("aggregate_index_bound", &index_bound<int64_t>, "indices"_a.noconvert(), "threads"_a = 0);
+  m.def("aggregate_isa", &isa_name,
+        "Instruction set the aggregation kernels run with: avx512, avx2, base or native.");
+}

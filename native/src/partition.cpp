@@ -1,4 +1,118 @@
-// Bindings for vertex-cut assignment (issue: vertex-cut partitioning). None yet.
-#include "bindings.hpp"
+// Bindings for vertex-cut assignment and per-partition CSR build (distgnn/partition.hpp).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
 
-void register_partition(nanobind::module_&) {}
+#include <stdexcept>
+#include <string>
+
+#include "bindings.hpp"
+#include "distgnn/partition.hpp"
+
+namespace nb = nanobind;
+namespace dp = distgnn::partition;
+template <typename T>
+using Vec = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+namespace {
+
+void check_graph(int64_t indptr_len, int64_t m) {
+  if (indptr_len < 1) throw std::invalid_argument("indptr must have N + 1 >= 1 entries");
+  (void)m;
+}
+
+template <typename Index, typename Part>
+void assign(Vec<const int64_t> indptr, Vec<const Index> indices, int P, const std::string& method,
+            uint64_t seed, Vec<const int64_t> degree, Vec<Part> edge_part, Vec<uint64_t> bits,
+            Vec<int64_t> loads, double hdrf_lambda, int threads) {
+  const int64_t n = static_cast<int64_t>(indptr.shape(0)) - 1;
+  check_graph(static_cast<int64_t>(indptr.shape(0)), static_cast<int64_t>(indices.shape(0)));
+  if (P < 1) throw std::invalid_argument("P must be >= 1");
+  const int64_t words = (P + 63) / 64;
+  if (static_cast<int64_t>(bits.shape(0)) != n * words)
+    throw std::invalid_argument("bits must have N * ceil(P / 64) words");
+  if (edge_part.shape(0) != indices.shape(0))
+    throw std::invalid_argument("edge_part must have one entry per edge");
+  if (static_cast<int64_t>(degree.shape(0)) != n) throw std::invalid_argument("degree must have N entries");
+  if (static_cast<int64_t>(loads.shape(0)) != P) throw std::invalid_argument("loads must have P entries");
+  int m = method == "libra" ? dp::kLibra : method == "hdrf" ? dp::kHdrf
+        : method == "random" ? dp::kRandom : method == "hash" ? dp::kHash : -1;
+  if (m < 0) throw std::invalid_argument("unknown method " + method);
+  nb::gil_scoped_release release;
+  switch (m) {
+    case dp::kLibra:
+      dp::assign_libra(indptr.data(), indices.data(), n, P, seed, degree.data(), edge_part.data(),
+                       bits.data(), words, loads.data());
+      break;
+    case dp::kHdrf:
+      dp::assign_hdrf(indptr.data(), indices.data(), n, P, seed, degree.data(), hdrf_lambda,
+                      edge_part.data(), bits.data(), words, loads.data());
+      break;
+    default:
+      dp::assign_hashed(indptr.data(), indices.data(), n, P, seed, m == dp::kHash, edge_part.data(),
+                        bits.data(), words, loads.data(), threads);
+  }
+}
+
+void roots(Vec<uint64_t> bits, int P, nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu> train,
+           uint64_t seed, Vec<int32_t> root, Vec<int64_t> roots, Vec<int64_t> train_roots) {
+  const int64_t n = static_cast<int64_t>(root.shape(0));
+  const int64_t words = (P + 63) / 64;
+  if (static_cast<int64_t>(bits.shape(0)) != n * words)
+    throw std::invalid_argument("bits must have N * ceil(P / 64) words");
+  if (static_cast<int64_t>(train.shape(0)) != n) throw std::invalid_argument("train must have N entries");
+  if (static_cast<int64_t>(roots.shape(0)) != P || static_cast<int64_t>(train_roots.shape(0)) != P)
+    throw std::invalid_argument("roots and train_roots must have P entries");
+  nb::gil_scoped_release release;
+  dp::choose_roots(bits.data(), words, n, P, train.data(), seed, root.data(), roots.data(),
+                   train_roots.data());
+}
+
+template <typename Part>
+void row_counts(Vec<const int64_t> indptr, Vec<const Part> edge_part, int k, Vec<const int64_t> l2g,
+                Vec<int64_t> counts, int threads) {
+  if (counts.shape(0) != l2g.shape(0)) throw std::invalid_argument("counts must match l2g");
+  nb::gil_scoped_release release;
+  dp::part_row_counts(indptr.data(), edge_part.data(), k, l2g.data(),
+                      static_cast<int64_t>(l2g.shape(0)), counts.data(), threads);
+}
+
+template <typename Index, typename Part>
+int64_t fill(Vec<const int64_t> indptr, Vec<const Index> indices, Vec<const Part> edge_part, int k,
+             Vec<const int64_t> l2g, Vec<const int32_t> g2l, Vec<const int64_t> local_indptr,
+             Vec<int32_t> local_indices, int threads) {
+  if (local_indptr.shape(0) != l2g.shape(0) + 1)
+    throw std::invalid_argument("local_indptr must have n_k + 1 entries");
+  nb::gil_scoped_release release;
+  return dp::part_fill(indptr.data(), indices.data(), edge_part.data(), k, l2g.data(),
+                       static_cast<int64_t>(l2g.shape(0)), g2l.data(), local_indptr.data(),
+                       local_indices.data(), threads);
+}
+
+}  // namespace
+
+void register_partition(nb::module_& m) {
+  const char* assign_doc =
+      "partition_assign(indptr, indices, P, method, seed, degree, edge_part, bits, loads, "
+      "hdrf_lambda, threads): fill edge_part [E] (partition of each edge, store order), bits "
+      "[N * ceil(P/64)] (replica bitsets, zeroed by the caller) and loads [P] (edges per part). "
+      "method: libra | hdrf | random | hash.";
+  m.def("partition_assign", &assign<int32_t, uint8_t>, assign_doc);
+  m.def("partition_assign", &assign<int32_t, uint16_t>);
+  m.def("partition_assign", &assign<int64_t, uint8_t>);
+  m.def("partition_assign", &assign<int64_t, uint16_t>);
+  m.def("partition_roots", &roots,
+        "partition_roots(bits, P, train, seed, root, roots, train_roots): choose each vertex's "
+        "root partition (isolated vertices are placed on one); fills root [N] int32.");
+  m.def("partition_row_counts", &row_counts<uint8_t>,
+        "partition_row_counts(indptr, edge_part, k, l2g, counts, threads): in-edges on part k "
+        "of each local vertex.");
+  m.def("partition_row_counts", &row_counts<uint16_t>);
+  const char* fill_doc =
+      "partition_fill(indptr, indices, edge_part, k, l2g, g2l, local_indptr, local_indices, "
+      "threads) -> int: local CSR of part k; returns -1, or the edge whose source is not local.";
+  m.def("partition_fill", &fill<int32_t, uint8_t>, fill_doc);
+  m.def("partition_fill", &fill<int32_t, uint16_t>);
+  m.def("partition_fill", &fill<int64_t, uint8_t>);
+  m.def("partition_fill", &fill<int64_t, uint16_t>);
+}

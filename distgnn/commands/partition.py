@@ -1,0 +1,80 @@
+"""distgnn partition: vertex-cut partitioning of a graph store (DESIGN sections 2 and 4).
+
+Three forms share one parser (the first positional picks the form):
+
+* ``distgnn partition GRAPH.zarr --parts P [--method M] [--seed N] [--out DIR] [--threads T]``:
+  assign, then build every part;
+* ``distgnn partition assign GRAPH.zarr --parts P [--method M] [--seed N] [--out DIR]``;
+* ``distgnn partition build DIR --part K [--threads T]``.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+from distgnn.errors import DistgnnError
+from distgnn.partition.layout import METHODS
+from distgnn.progress import set_quiet
+
+STAGES = ("assign", "build")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "partition", help="vertex-cut partition a graph store (assign + build)",
+        usage="distgnn partition [assign] GRAPH.zarr --parts P [--method M] [--seed N] [--out DIR]"
+              "\n       distgnn partition build DIR --part K [--threads T]",
+        description="Assign every edge to one of P partitions (writing DIR/assignment.zarr) and "
+                    "build DIR/part_<k>.zarr for each k. `assign` and `build` run one stage.")
+    p.add_argument("first", metavar="[assign|build] PATH", help="GRAPH.zarr, or a stage name")
+    p.add_argument("path", nargs="?", help=argparse.SUPPRESS)
+    p.add_argument("--parts", type=int, help="number of partitions P")
+    p.add_argument("--method", default="libra", help=f"one of {', '.join(METHODS)} (default: libra)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the tie-breaking rule (default: 0)")
+    p.add_argument("--out", help="partition folder (default: partitions/<store>/<method>-<P>)")
+    p.add_argument("--part", type=int, help="build: the partition K to build")
+    p.add_argument("--threads", type=int, default=0, help="native threads (default: all)")
+    p.add_argument("--force", action="store_true", help="replace an existing assignment")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def _print_assignment(out, attrs) -> None:
+    from distgnn.partition.quality import format_quality, part_table
+
+    print(f"{out}/assignment.zarr: {attrs['method']} P={attrs['P']} seed={attrs['seed']} "
+          f"({attrs['assign_seconds']:.2f} s assign)")
+    print(format_quality(attrs))
+    print(part_table(attrs))
+
+
+def run(args: argparse.Namespace) -> int:
+    set_quiet(args.quiet)
+    stage, path = (args.first, args.path) if args.first in STAGES else (None, args.first)
+    if stage is None and args.path is not None:
+        raise DistgnnError(f"unexpected argument '{args.path}' (one GRAPH.zarr, or a stage: "
+                           f"{', '.join(STAGES)})")
+    if path is None:
+        raise DistgnnError(f"partition {stage}: missing {'DIR' if stage == 'build' else 'GRAPH.zarr'}")
+    start = time.perf_counter()
+    if stage == "build":
+        from distgnn.partition.build import build_part
+
+        if args.part is None:
+            raise DistgnnError("partition build: --part K is required")
+        out = build_part(path, args.part, args.threads)
+        print(f"{out} ({time.perf_counter() - start:.1f} s)")
+        return 0
+    if args.parts is None:
+        raise DistgnnError("--parts: required (number of partitions)")
+    from distgnn.partition.assign import assign_graph
+
+    out, attrs = assign_graph(path, args.parts, args.method, args.seed, args.out, args.threads,
+                              overwrite=args.force)
+    _print_assignment(out, attrs)
+    if stage is None:
+        from distgnn.partition.build import build_all
+
+        build_all(out, args.threads)
+        print(f"{out}: {args.parts} parts built ({time.perf_counter() - start:.1f} s in all)")
+    return 0

@@ -1,0 +1,87 @@
+"""distgnn train PARTDIR --algo ALGO: one MPI rank per partition (mpiexec -n P or srun -n P)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from distgnn.errors import CollectiveError, DistgnnError
+
+
+def add_train_options(p: argparse.ArgumentParser) -> None:
+    """The training options shared by ``train`` and ``launch``."""
+    from distgnn.train.trainer import TrainConfig
+
+    d = TrainConfig()
+    p.add_argument("--algo", default=d.algo, help="0c, cd-0, cd-<r> or cd-<r>-orig (default: %(default)s)")
+    p.add_argument("--epochs", type=int, default=d.epochs, help="default: %(default)s")
+    p.add_argument("--layers", type=int, default=d.layers, help="GraphSAGE layers (default: %(default)s)")
+    p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (default: %(default)s)")
+    p.add_argument("--aggregator", choices=("mean", "gcn"), default=d.aggregator)
+    p.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate (default: %(default)s)")
+    p.add_argument("--dropout", type=float, default=d.dropout, help="default: %(default)s")
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="default: %(default)s")
+    p.add_argument("--seed", type=int, default=d.seed, help="model and dropout seed (default: %(default)s)")
+    p.add_argument("--eval-every", type=int, default=d.eval_every,
+                   help="evaluate every K epochs and at the last (0: never; default: %(default)s)")
+    p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
+                   help="checkpoint every K epochs (0: never; default: %(default)s)")
+    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
+    p.add_argument("--threads", type=int, default=d.threads, help="threads per rank (default: all)")
+    p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>)")
+
+
+def config_from_args(args: argparse.Namespace):
+    from distgnn.train.trainer import TrainConfig
+
+    return TrainConfig(algo=args.algo, epochs=args.epochs, layers=args.layers, hidden=args.hidden,
+                       aggregator=args.aggregator, lr=args.lr, dropout=args.dropout,
+                       weight_decay=args.weight_decay, seed=args.seed, eval_every=args.eval_every,
+                       checkpoint_every=args.checkpoint_every, resume=args.resume,
+                       threads=args.threads)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train on a partition folder (one MPI rank per part)",
+                       description="Full-batch training, one MPI rank per partition: "
+                                   "mpiexec -n P distgnn train PARTDIR --algo cd-0")
+    p.add_argument("partdir", help="partition folder (assignment.zarr, part_<k>.zarr)")
+    add_train_options(p)
+    p.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from distgnn.train.algorithms import parse_algorithm
+
+    parse_algorithm(args.algo)  # refuse a bad name before starting MPI
+    from distgnn.comm import Communicator
+    from distgnn.train.trainer import Trainer
+
+    comm = Communicator()
+    try:
+        trainer = Trainer(args.partdir, config_from_args(args), args.out, comm)
+        summary = trainer.run()
+    except CollectiveError as exc:
+        if comm.rank == 0:
+            print(f"distgnn train: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except DistgnnError as exc:
+        # Raised on every rank alike (bad option, rank count) or on one rank only (its part is
+        # damaged): the failing rank reports, and ends the job so no rank waits forever.
+        prefix = f"distgnn train: rank {comm.rank}: error: " if comm.size > 1 else "distgnn train: error: "
+        print(prefix + str(exc), file=sys.stderr, flush=True)
+        if comm.size > 1:
+            comm.abort(2)
+        return 2
+    except Exception as exc:  # a bug or a fault on this rank: name it, end every rank
+        traceback.print_exc()
+        print(f"distgnn train: rank {comm.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        if comm.size > 1:
+            comm.abort(1)
+        return 1
+    if summary is not None and not args.quiet:
+        print(f"{trainer.run_dir}: {summary['epochs']} epochs, mean epoch "
+              f"{summary['mean_epoch_time_s']:.3f} s, best val {summary['best_val']}, "
+              f"test at best val {summary['test_at_best_val']}")
+    return 0

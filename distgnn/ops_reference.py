@@ -1,0 +1,64 @@
+"""Plain torch/numpy references for every native kernel in :mod:`distgnn.ops` (used by tests).
+
+Slow and obviously correct: no native code, autograd through ordinary torch ops.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def aggregate(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, norm: str = "sum",
+              degree: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Same contract as :func:`distgnn.ops.aggregate`, via index_add_ (differentiable in x)."""
+    n_dst = indptr.numel() - 1
+    local = indptr[1:] - indptr[:-1]
+    dst = torch.repeat_interleave(torch.arange(n_dst), local)
+    y = torch.zeros(n_dst, x.shape[1], dtype=x.dtype).index_add(0, dst, x[indices.long()])
+    deg = (local if degree is None else degree).to(x.dtype).unsqueeze(1)
+    if norm == "mean":
+        y = y / deg.clamp(min=1)
+    elif norm == "gcn":
+        y = (y + x[:n_dst]) / (deg + 1)
+    return y
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def dropout_mask(num_cols: int, p: float, seed: int, epoch: int, layer: int,
+                 global_ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The keyed dropout mask [len(global_ids), num_cols] (see native/include/distgnn/dropout.hpp)."""
+    with np.errstate(over="ignore"):
+        key = _mix(_mix(_mix(np.uint64(seed)) + np.uint64(epoch)) + np.uint64(layer))
+        gids = global_ids.numpy().astype(np.int64).view(np.uint64)
+        kv = _mix(key + gids)[:, None]
+        h = _mix(kv + np.arange(num_cols, dtype=np.uint64)[None, :])
+    thr = 0 if p <= 0 else (1 << 24) if p >= 1 else int(p * (1 << 24) + 0.5)
+    keep = (h >> np.uint64(40)) >= np.uint64(thr)
+    scale = 0.0 if thr >= (1 << 24) else 1.0 / (1.0 - thr / float(1 << 24))
+    return torch.from_numpy(keep.astype(np.float64) * scale).to(dtype)
+
+
+def dropout(x: torch.Tensor, p: float, seed: int, epoch: int, layer: int, global_ids: torch.Tensor,
+            training: bool = True) -> torch.Tensor:
+    if not training or p == 0.0:
+        return x
+    return x * dropout_mask(x.shape[1], p, seed, epoch, layer, global_ids, x.dtype)
+
+
+def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    return x[rows.long()].clone()
+
+
+def scatter_add_rows(y: torch.Tensor, rows: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return y.index_add_(0, rows.long(), x)

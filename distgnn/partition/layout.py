@@ -1,0 +1,50 @@
+"""Names and paths of the partition stores (see :mod:`distgnn.partition`)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+METHODS = ("libra", "hdrf", "random", "hash")
+ASSIGNMENT = "assignment.zarr"
+MASKS = ("train_mask", "val_mask", "test_mask")
+FORMAT_VERSION = 1
+#: HDRF balance weight (lambda in Petroni et al.); 1 is the paper's default.
+HDRF_LAMBDA = 1.0
+
+
+def part_name(k: int) -> str:
+    return f"part_{k}.zarr"
+
+
+def default_out(graph: Path, method: str, parts: int) -> Path:
+    """``partitions/<store>/<method>-<P>`` where ``<store>`` is the graph store's folder name."""
+    graph = Path(graph)
+    store = graph.parent.name if graph.name == "graph.zarr" else graph.stem
+    return Path("partitions") / store / f"{method}-{parts}"
+
+
+def part_dtype(parts: int) -> np.dtype:
+    """dtype of ``edge_part``: uint8 up to 255 parts, uint16 up to 65535."""
+    return np.dtype(np.uint8) if parts <= 255 else np.dtype(np.uint16)
+
+
+def words(parts: int) -> int:
+    """uint64 words of one replica bitset."""
+    return (parts + 63) // 64
+
+
+def members(replicas: np.ndarray, k: int) -> np.ndarray:
+    """Global ids (int64, ascending) of the vertices with a replica on partition ``k``."""
+    word = replicas[:, k // 64]
+    return np.flatnonzero((word >> np.uint64(k % 64)) & np.uint64(1)).astype(np.int64)
+
+
+def replica_counts(replicas: np.ndarray) -> np.ndarray:
+    """Replicas per vertex (int64 [N]) from the bitsets [N, W]."""
+    counts = np.zeros(replicas.shape[0], dtype=np.int64)
+    as_bytes = replicas.view(np.uint8).reshape(replicas.shape[0], -1)
+    table = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
+    for col in range(as_bytes.shape[1]):
+        counts += table[as_bytes[:, col]]
+    return counts

@@ -1,0 +1,220 @@
+"""``distgnn verify PARTDIR``: check every partition invariant; raise on the first violation.
+
+Checked, in order: every chunk of the assignment and of every part reads back (crc32c); the
+assignment matches the graph (checksum, sizes) and each part matches the assignment; per part:
+``local_to_global`` strictly ascending, the CSR and its transpose well formed and each other's
+transpose, ``in_degree_global`` and ``is_root`` agree with the graph and the assignment; over all
+parts: every vertex covered and with exactly one root, every global edge on exactly one part with
+the right endpoints (compared destination block by destination block, so memory stays bounded),
+masks only at roots with the graph's counts, features and labels equal to the graph's rows, and
+the communication plan pairs up: k's ``leaf_send`` group towards j and j's ``root_recv`` group from
+k list the same global ids in the same order, and cover exactly the leaves and their roots.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import zarr
+
+from distgnn.errors import DistgnnError
+from distgnn.partition import layout
+from distgnn.partition.build import open_assignment, open_graph_for
+from distgnn.progress import progress
+from distgnn.zarr_io import check_chunks_present, open_checked, verify_checksums
+
+PART_ARRAYS = ("local_to_global", "indptr", "indices", "t_indptr", "t_indices",
+               "in_degree_global", "is_root", "feat", "label", *layout.MASKS)
+COMM_ARRAYS = ("leaf_send", "leaf_send_offsets", "root_recv", "root_recv_offsets")
+#: edges per destination block in the edge comparison
+EDGE_BLOCK = 1 << 24
+
+
+def _fail(msg: str) -> None:
+    raise DistgnnError(msg)
+
+
+def _open_part(folder: Path, k: int, attrs: dict) -> zarr.Group:
+    path = folder / layout.part_name(k)
+    if not path.exists():
+        _fail(f"{path}: missing (run `distgnn partition build {folder} --part {k}`)")
+    group = open_checked(path, PART_ARRAYS)
+    if "comm" not in group.group_keys():
+        _fail(f"{path}: missing group 'comm'")
+    for name in COMM_ARRAYS:
+        if name not in group["comm"].array_keys():
+            _fail(f"{path}/comm: missing array '{name}'")
+        check_chunks_present(group["comm"][name], f"{path}/comm/{name}")
+    pattrs = dict(group.attrs)
+    if "checksum" not in pattrs:
+        _fail(f"{path}: incomplete part (no checksum attribute)")
+    if pattrs.get("assignment_checksum") != attrs["checksum"]:
+        _fail(f"{path}: built from another assignment (rebuild it)")
+    if pattrs.get("k") != k or pattrs.get("P") != attrs["P"]:
+        _fail(f"{path}: attrs say k={pattrs.get('k')} P={pattrs.get('P')}, expected k={k} P={attrs['P']}")
+    return group
+
+
+def _check_csr(label: str, indptr: np.ndarray, indices: np.ndarray, n: int) -> None:
+    if len(indptr) != n + 1 or indptr[0] != 0 or np.any(np.diff(indptr) < 0) \
+            or indptr[-1] != len(indices):
+        _fail(f"{label}: indptr is not a valid CSR offset array of {n} rows")
+    if len(indices) and (indices.min() < 0 or indices.max() >= n):
+        _fail(f"{label}: indices outside [0, {n})")
+
+
+def verify_partition(folder: str | os.PathLike, graph: str | os.PathLike | None = None) -> str:
+    """Check ``folder``; return a one-line summary, raise :class:`DistgnnError` on a violation."""
+    folder = Path(folder)
+    agroup, attrs = open_assignment(folder)
+    verify_checksums(agroup, str(folder / layout.ASSIGNMENT))
+    store = open_graph_for(attrs, graph)
+    P, n = attrs["P"], store.num_nodes
+    if attrs["num_nodes"] != n or attrs["num_edges"] != store.num_edges:
+        _fail(f"{folder / layout.ASSIGNMENT}: sizes differ from the graph's")
+    g_indptr, g_indices = store.csr()
+    root = agroup["root"][:]
+    replicas = agroup["replicas"][:]
+    if root.shape != (n,) or root.min(initial=0) < 0 or root.max(initial=0) >= P:
+        _fail(f"{folder / layout.ASSIGNMENT}: root must hold a partition in [0, {P}) per vertex")
+
+    parts = []
+    covered = np.zeros(n, dtype=np.int64)
+    root_count = np.zeros(n, dtype=np.int64)
+    for k in progress(range(P), desc="verify parts"):
+        label = str(folder / layout.part_name(k))
+        group = _open_part(folder, k, attrs)
+        verify_checksums(group, label)
+        verify_checksums(group["comm"], f"{label}/comm")
+        l2g = group["local_to_global"][:]
+        n_k = len(l2g)
+        if n_k and (np.any(np.diff(l2g) <= 0) or l2g[0] < 0 or l2g[-1] >= n):
+            _fail(f"{label}/local_to_global: not strictly ascending global ids in [0, {n})")
+        if not np.array_equal(l2g, layout.members(replicas, k)):
+            _fail(f"{label}/local_to_global: differs from the assignment's replicas of part {k}")
+        indptr, indices = group["indptr"][:], group["indices"][:]
+        _check_csr(f"{label}/indptr", indptr, indices, n_k)
+        t_indptr, t_indices = group["t_indptr"][:], group["t_indices"][:]
+        _check_csr(f"{label}/t_indptr", t_indptr, t_indices, n_k)
+        dst = np.repeat(np.arange(n_k, dtype=np.int64), np.diff(indptr))
+        t_dst = np.repeat(np.arange(n_k, dtype=np.int64), np.diff(t_indptr))
+        fwd = np.sort(indices.astype(np.int64) * max(n_k, 1) + dst)
+        bwd = np.sort(t_dst * max(n_k, 1) + t_indices.astype(np.int64))
+        if not np.array_equal(fwd, bwd):
+            _fail(f"{label}/t_indices: not the transpose of indptr/indices")
+        if group.attrs["m_k"] != len(indices) or group.attrs["n_k"] != n_k:
+            _fail(f"{label}: attrs n_k/m_k differ from the arrays")
+        if not np.array_equal(group["in_degree_global"][:], np.diff(g_indptr)[l2g]):
+            _fail(f"{label}/in_degree_global: differs from the graph's in-degrees")
+        is_root = group["is_root"][:]
+        if not np.array_equal(is_root, root[l2g] == k):
+            _fail(f"{label}/is_root: differs from the assignment's roots")
+        covered[l2g] += 1
+        root_count[l2g[is_root]] += 1
+        parts.append((group, l2g, indptr, indices, is_root))
+
+    if np.any(covered == 0):
+        _fail(f"vertex {int(np.flatnonzero(covered == 0)[0])} is on no partition")
+    if np.any(root_count != 1):
+        v = int(np.flatnonzero(root_count != 1)[0])
+        _fail(f"vertex {v} has {root_count[v]} roots (expected exactly one)")
+
+    _check_edges(folder, parts, g_indptr, g_indices, n)
+    _check_vertex_data(folder, parts, store)
+    _check_comm(folder, parts, root, replicas, P)
+    return (f"{folder}: OK ({P} parts, {n:,} vertices, {store.num_edges:,} edges, every chunk "
+            f"read and every invariant checked)")
+
+
+def _check_edges(folder: Path, parts: list, g_indptr: np.ndarray, g_indices: np.ndarray,
+                 n: int) -> None:
+    """Every global edge on exactly one part: compare sorted (dst, src) keys block by block."""
+    bounds = [0]
+    while bounds[-1] < n:
+        target = g_indptr[bounds[-1]] + EDGE_BLOCK
+        bounds.append(max(bounds[-1] + 1, min(n, int(np.searchsorted(g_indptr, target, "right")) - 1)))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        expect = (np.repeat(np.arange(a, b, dtype=np.int64), np.diff(g_indptr[a:b + 1])) * n
+                  + g_indices[g_indptr[a]:g_indptr[b]].astype(np.int64))
+        got = []
+        for group, l2g, indptr, indices, _ in parts:
+            lo, hi = np.searchsorted(l2g, a), np.searchsorted(l2g, b)
+            rows = np.repeat(l2g[lo:hi], np.diff(indptr[lo:hi + 1]))
+            got.append(rows * n + l2g[indices[indptr[lo]:indptr[hi]]])
+        got = np.sort(np.concatenate(got)) if got else np.empty(0, np.int64)
+        if not np.array_equal(got, np.sort(expect)):
+            if len(got) != len(expect):
+                _fail(f"{folder}: destinations [{a}, {b}) have {len(got)} edges over all parts, "
+                      f"the graph {len(expect)} (each edge must be on exactly one part)")
+            i = int(np.flatnonzero(got != np.sort(expect))[0])
+            _fail(f"{folder}: edge {int(got[i] % n)} -> {int(got[i] // n)} on the parts does not "
+                  f"match the graph's edges (wrong endpoints or duplicated)")
+
+
+def _check_vertex_data(folder: Path, parts: list, store) -> None:
+    for name in layout.MASKS:
+        full = store[name][:]
+        total = 0
+        for group, l2g, _, _, is_root in parts:
+            mask = group[name][:]
+            if np.any(mask & ~is_root):
+                _fail(f"{folder / layout.part_name(group.attrs['k'])}/{name}: true at a leaf")
+            if not np.array_equal(mask, full[l2g] & is_root):
+                _fail(f"{folder / layout.part_name(group.attrs['k'])}/{name}: differs from the "
+                      f"graph's {name} at its roots")
+            total += int(mask.sum())
+        if total != int(full.sum()):
+            _fail(f"{folder}: {name} counts {total} over all parts, the graph {int(full.sum())}")
+    for name in ("feat", "label"):
+        src = store[name]
+        for group, l2g, _, _, _ in parts:
+            dst = group[name]
+            step = dst.chunks[0]
+            for start in range(0, len(l2g), step):
+                rows = l2g[start:start + step]
+                # rows are ascending: read the covering source range once
+                block = src[int(rows[0]):int(rows[-1]) + 1][rows - rows[0]]
+                if not np.array_equal(dst[start:start + step], block, equal_nan=True):
+                    _fail(f"{folder / layout.part_name(group.attrs['k'])}/{name}: rows from "
+                          f"{start} differ from the graph's rows")
+
+
+def _check_comm(folder: Path, parts: list, root: np.ndarray, replicas: np.ndarray, P: int) -> None:
+    sends, recvs = [], []
+    for group, l2g, _, _, is_root in parts:
+        k = group.attrs["k"]
+        label = folder / layout.part_name(k)
+        comm = group["comm"]
+        s, so = comm["leaf_send"][:], comm["leaf_send_offsets"][:]
+        r, ro = comm["root_recv"][:], comm["root_recv_offsets"][:]
+        for name, data, off in (("leaf_send", s, so), ("root_recv", r, ro)):
+            if len(off) != P + 1 or off[0] != 0 or off[-1] != len(data) or np.any(np.diff(off) < 0):
+                _fail(f"{label}/comm/{name}_offsets: expected P + 1 = {P + 1} ascending offsets "
+                      f"ending at {len(data)}")
+            if len(data) and (data.min() < 0 or data.max() >= len(l2g)):
+                _fail(f"{label}/comm/{name}: local ids outside [0, {len(l2g)})")
+        leaves = np.flatnonzero(~is_root)
+        if len(s) != len(leaves) or not np.array_equal(np.sort(s), leaves):
+            _fail(f"{label}/comm/leaf_send: does not list every leaf exactly once")
+        for j in range(P):
+            grp = l2g[s[so[j]:so[j + 1]]]
+            if np.any(root[grp] != j) or np.any(np.diff(grp) <= 0):
+                _fail(f"{label}/comm/leaf_send: group {j} holds vertices whose root is not on "
+                      f"{j}, or is not sorted by global id")
+            rgrp = l2g[r[ro[j]:ro[j + 1]]]
+            expect_r = l2g[is_root][((replicas[l2g[is_root], j // 64] >> np.uint64(j % 64))
+                                     & np.uint64(1)).astype(bool)] if j != k else l2g[:0]
+            if not np.array_equal(rgrp, expect_r):
+                _fail(f"{label}/comm/root_recv: group {j} is not the sorted roots with a leaf on {j}")
+        sends.append((l2g, s, so))
+        recvs.append((l2g, r, ro))
+    for k in range(P):
+        for j in range(P):
+            l2g_k, s, so = sends[k]
+            l2g_j, r, ro = recvs[j]
+            a = l2g_k[s[so[j]:so[j + 1]]]
+            b = l2g_j[r[ro[k]:ro[k + 1]]]
+            if not np.array_equal(a, b):
+                _fail(f"{folder}: leaf_send of part {k} towards {j} ({len(a)} ids) does not match "
+                      f"root_recv of part {j} from {k} ({len(b)} ids)")

@@ -1,0 +1,41 @@
+"""Names of the delayed-update algorithms and what each one does."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from distgnn.errors import DistgnnError
+
+_PATTERN = re.compile(r"^(?:(0c)|cd-(0)|cd-([1-9][0-9]*)(-orig)?)$")
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """``0c`` (no aggregate exchange), ``cd-0`` (exact), ``cd-<r>`` and ``cd-<r>-orig``."""
+
+    name: str
+    delay: int          #: r; 0 for cd-0 and 0c
+    exchange: bool      #: False for 0c
+    original: bool      #: DistGNN's cd-r rule (cd-<r>-orig)
+
+    @property
+    def exact(self) -> bool:
+        return self.exchange and self.delay == 0
+
+    @property
+    def global_degree(self) -> bool:
+        """cd-0 and cd-r divide by the global degree; 0c by the local one (cd-r-orig: per vertex)."""
+        return self.exchange and not self.original
+
+
+def parse_algorithm(name: str) -> Algorithm:
+    """Parse ``0c``, ``cd-0``, ``cd-<r>`` (r >= 1) or ``cd-<r>-orig``; anything else is refused."""
+    match = _PATTERN.match(name)
+    if not match:
+        raise DistgnnError(f"--algo: unknown algorithm '{name}' (expected 0c, cd-0, cd-<r> or "
+                           f"cd-<r>-orig with r >= 1)")
+    if match.group(1):
+        return Algorithm(name, 0, exchange=False, original=False)
+    if match.group(2):
+        return Algorithm(name, 0, exchange=True, original=False)
+    return Algorithm(name, int(match.group(3)), exchange=True, original=bool(match.group(4)))

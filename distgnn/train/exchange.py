@@ -1,0 +1,239 @@
+"""Distributed aggregation: the local kernel, then the algorithm's exchange of split vertices.
+
+A split vertex has one *root* replica and one or more *leaf* replicas on other ranks. Each rank
+first computes the partial aggregate ``p`` of every local vertex over its local in-edges. Then:
+
+* ``cd-0`` (exact): leaves send p to the root, the root sums, the root sends the total back
+  (two Alltoallv). Backward is the adjoint: the same reduce-then-broadcast on gradients.
+* ``cd-r`` (r >= 1): split vertex v is in bin ``global_id(v) mod r``; at training step e only
+  bin ``e mod r`` moves. Leaves post p(e) to the root (non-blocking, message A); at step e + r the
+  root waits for it, computes ``S = p_root(e+r) + sum_leaves p(e)``, keeps
+  ``R_root = S - p_root(e+r)`` and posts ``S - p_i(e)`` to leaf i (message B), which leaf i waits
+  for at step e + 2r and keeps as ``R_i``. Every replica aggregates ``a = p + R`` (R = 0 before its
+  first delivery); R is a constant in backward. No backward exchange.
+* ``cd-r-orig`` (DistGNN's rule): same messages and steps, but at a delivery step the root
+  aggregates ``p_root + sum_leaves p`` and the leaf aggregates the root's total S (posted instead of
+  ``S - p_i``) in place of its own partial; at other steps a split vertex uses its partial alone.
+* ``0c``: no exchange.
+
+Degrees: cd-0 and cd-r divide by the global in-degree, 0c by the local one, cd-r-orig by the local
+one until the vertex's first delivery and the global one after. ``gcn`` adds the vertex's own row
+after the exchange: ``(a + h_v) / (deg + 1)``. Evaluation always uses the exact cd-0 exchange, on
+its own communicator, and does not advance the cd-r step counters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from distgnn import ops
+from distgnn.comm import Communicator, PendingExchange, RowPlan
+from distgnn.train.algorithms import Algorithm
+from distgnn.train.partition_data import PartitionData
+from distgnn.train.timers import Timers
+
+
+class _Delivered:
+    """A payload already received (restored from a checkpoint): waits immediately."""
+
+    def __init__(self, rows: torch.Tensor):
+        self.rows = rows
+
+    def wait(self) -> torch.Tensor:
+        return self.rows
+
+
+def _subset_plan(plan: RowPlan, keep: torch.Tensor) -> RowPlan:
+    """The rows of ``plan`` where ``keep`` (bool, one per row) holds, groups kept in order."""
+    group = np.repeat(np.arange(len(plan.offsets) - 1), plan.counts)
+    keep_np = keep.numpy()
+    counts = np.bincount(group[keep_np], minlength=len(plan.offsets) - 1)
+    offsets = np.zeros(len(plan.offsets), dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return RowPlan(plan.ids[keep], offsets)
+
+
+class _LocalSum(torch.autograd.Function):
+    """p[v] = sum of h[u] over local in-edges u -> v; backward runs the kernel on the transpose."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, part: PartitionData, timers: Timers, threads: int) -> torch.Tensor:
+        ctx.part, ctx.timers, ctx.threads = part, timers, threads
+        with timers("aggregate"):
+            return ops.aggregate(part.indptr, part.indices, h.detach(), norm="sum", threads=threads)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        part = ctx.part
+        with ctx.timers("aggregate"):
+            grad_h = ops.aggregate(part.t_indptr, part.t_indices, grad.contiguous(), norm="sum",
+                                   threads=ctx.threads)
+        return grad_h, None, None, None
+
+
+def _reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, kind: str,
+                      timers: Timers) -> torch.Tensor:
+    """Every replica of a split vertex gets the sum of all replicas' rows (leaves -> root -> leaves)."""
+    if comm.size == 1:
+        return x
+    with timers("exchange_wait"):
+        received = comm.exchange_rows(x[part.leaf_send.ids], part.leaf_send, part.root_recv, kind)
+        total = x.clone()
+        total.index_add_(0, part.root_recv.ids, received)
+        back = comm.exchange_rows(total[part.root_recv.ids], part.root_recv, part.leaf_send, kind)
+        total[part.leaf_send.ids] = back
+    return total
+
+
+class _ExactExchange(torch.autograd.Function):
+    """cd-0's exchange; its adjoint is the same reduce-then-broadcast on the gradient."""
+
+    @staticmethod
+    def forward(ctx, p: torch.Tensor, part: PartitionData, comm: Communicator, timers: Timers,
+                kind: str) -> torch.Tensor:
+        ctx.part, ctx.comm, ctx.timers = part, comm, timers
+        return _reduce_broadcast(p.detach(), part, comm, kind, timers)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return (_reduce_broadcast(grad.contiguous(), ctx.part, ctx.comm, "backward", ctx.timers),
+                None, None, None, None)
+
+
+@dataclass
+class DelayedLayerState:
+    """cd-r state of one layer: its step counter, remote parts R, and messages in flight."""
+
+    step: int = 0
+    remote: torch.Tensor | None = None        #: R, float [n_k, F]
+    delivered: torch.Tensor | None = None     #: bool [n_k]: has had a delivery (cd-r-orig degree)
+    pending_to_root: dict[int, Any] = field(default_factory=dict)   #: step -> message A
+    pending_to_leaf: dict[int, Any] = field(default_factory=dict)   #: step -> message B
+
+
+class DistributedAggregation:
+    """``aggregate(layer, h)`` for the model: local kernel, exchange, degree scaling.
+
+    ``norm`` is ``mean`` or ``gcn``. In training mode the algorithm's exchange runs; in evaluation
+    mode (:meth:`evaluation`) the exact exchange runs on ``eval_comm``.
+    """
+
+    def __init__(self, part: PartitionData, algorithm: Algorithm, norm: str, comm: Communicator,
+                 eval_comm: Communicator, timers: Timers, threads: int = 0):
+        if norm not in ("mean", "gcn"):
+            raise ValueError(f"norm must be mean or gcn, got {norm}")
+        self.part, self.algorithm, self.norm = part, algorithm, norm
+        self.comm, self.eval_comm, self.timers, self.threads = comm, eval_comm, timers, threads
+        self.training = True
+        self.local_degree = part.local_degree.clamp(min=0).to(torch.float32)
+        self.global_degree = part.in_degree_global.to(torch.float32)
+        self.layers: dict[int, DelayedLayerState] = {}
+        r = max(algorithm.delay, 1)
+        self.bins_leaf: list[RowPlan] = []
+        self.bins_root: list[RowPlan] = []
+        if algorithm.delay > 0:
+            g = part.local_to_global
+            for b in range(r):
+                self.bins_leaf.append(_subset_plan(part.leaf_send, (g[part.leaf_send.ids] % r) == b))
+                self.bins_root.append(_subset_plan(part.root_recv, (g[part.root_recv.ids] % r) == b))
+
+    # -- public ------------------------------------------------------------------------------
+    def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        p = _LocalSum.apply(h, self.part, self.timers, self.threads)
+        if not self.training:
+            a = _ExactExchange.apply(p, self.part, self.eval_comm, self.timers, "eval")
+            return self._scale(a, h, self.global_degree)
+        algo = self.algorithm
+        if not algo.exchange:
+            return self._scale(p, h, self.local_degree)
+        if algo.delay == 0:
+            a = _ExactExchange.apply(p, self.part, self.comm, self.timers, "forward")
+            return self._scale(a, h, self.global_degree)
+        a, degree = self._delayed(layer, p)
+        return self._scale(a, h, degree)
+
+    def finish(self) -> None:
+        """Complete every message still in flight (before a checkpoint or MPI finalize)."""
+        with self.timers("exchange_wait"):
+            for state in self.layers.values():
+                for pending in (state.pending_to_root, state.pending_to_leaf):
+                    for step, message in list(pending.items()):
+                        pending[step] = _Delivered(message.wait())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Step counters, R, delivery flags and received payloads (call :meth:`finish` first)."""
+        self.finish()
+        return {layer: {"step": s.step, "remote": s.remote, "delivered": s.delivered,
+                        "pending_to_root": {k: v.wait() for k, v in s.pending_to_root.items()},
+                        "pending_to_leaf": {k: v.wait() for k, v in s.pending_to_leaf.items()}}
+                for layer, s in self.layers.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.layers = {}
+        for layer, s in state.items():
+            self.layers[int(layer)] = DelayedLayerState(
+                step=s["step"], remote=s["remote"], delivered=s["delivered"],
+                pending_to_root={k: _Delivered(v) for k, v in s["pending_to_root"].items()},
+                pending_to_leaf={k: _Delivered(v) for k, v in s["pending_to_leaf"].items()})
+
+    # -- internals ---------------------------------------------------------------------------
+    def _scale(self, a: torch.Tensor, h: torch.Tensor, degree: torch.Tensor) -> torch.Tensor:
+        if self.norm == "gcn":
+            return (a + h) / (degree + 1.0).unsqueeze(1)
+        return a / degree.clamp(min=1.0).unsqueeze(1)
+
+    def _delayed(self, layer: int, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cd-r and cd-r-orig at this layer's current training step; returns (a, degree)."""
+        r, original = self.algorithm.delay, self.algorithm.original
+        n, width = p.shape
+        state = self.layers.setdefault(layer, DelayedLayerState())
+        if state.remote is None:
+            state.remote = torch.zeros((n, width), dtype=p.dtype)
+            state.delivered = torch.zeros(n, dtype=torch.bool)
+        e, b = state.step, state.step % r
+        leaf_plan, root_plan = self.bins_leaf[b], self.bins_root[b]
+        fresh = p.detach()
+        remote = state.remote
+        keep = None            # cd-r-orig: rows whose own partial is replaced (leaf delivery)
+        extra_rows = None      # cd-r-orig: (ids, rows) added this step only
+        if self.comm.size > 1:
+            with self.timers("exchange_wait"):
+                if e >= r:  # root: leaves' partials of step e - r have arrived
+                    from_leaves = state.pending_to_root.pop(e - r).wait()
+                    root_ids = root_plan.ids
+                    remote[root_ids] = 0.0
+                    remote.index_add_(0, root_ids, from_leaves)
+                    total = fresh[root_ids] + remote[root_ids]
+                    reply = total if original else total - from_leaves
+                    state.pending_to_leaf[e] = self.comm.exchange_rows_async(
+                        reply, root_plan, leaf_plan, "forward")
+                    state.delivered[root_ids] = True
+                    if original:
+                        extra_rows = (root_ids, remote[root_ids].clone())
+                if e >= 2 * r:  # leaf: the root's reply of step e - r has arrived
+                    from_root = state.pending_to_leaf.pop(e - r).wait()
+                    leaf_ids = leaf_plan.ids
+                    remote[leaf_ids] = from_root
+                    state.delivered[leaf_ids] = True
+                    if original:
+                        keep = leaf_ids
+                state.pending_to_root[e] = self.comm.exchange_rows_async(
+                    fresh[leaf_plan.ids], leaf_plan, root_plan, "forward")
+        state.step += 1
+        if not original:
+            return p + remote, self.global_degree
+        a = p
+        if keep is not None or extra_rows is not None:
+            mask = torch.ones((n, 1), dtype=p.dtype)
+            extra = torch.zeros_like(fresh)
+            if extra_rows is not None:
+                extra.index_copy_(0, extra_rows[0], extra_rows[1])
+            if keep is not None:
+                mask[keep] = 0.0
+                extra[keep] = remote[keep]
+            a = p * mask + extra
+        degree = torch.where(state.delivered, self.global_degree, self.local_degree)
+        return a, degree

@@ -1,0 +1,91 @@
+"""Load one partition (``part_<k>.zarr``, DESIGN section 4) into typed tensors for training."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from distgnn.comm import RowPlan
+from distgnn.errors import DistgnnError
+from distgnn.zarr_io import open_checked, read
+
+PART_ARRAYS = ("local_to_global", "indptr", "indices", "t_indptr", "t_indices", "in_degree_global",
+               "is_root", "feat", "label", "train_mask", "val_mask", "test_mask",
+               "comm/leaf_send", "comm/leaf_send_offsets", "comm/root_recv",
+               "comm/root_recv_offsets")
+
+
+@dataclass
+class PartitionData:
+    """One rank's share of the graph; every id is local to the partition unless named global."""
+
+    k: int                          #: partition index (= MPI rank)
+    num_parts: int                  #: P
+    attrs: dict[str, Any]           #: the part store's attributes
+    local_to_global: torch.Tensor   #: int64 [n_k]
+    indptr: torch.Tensor            #: int64 [n_k + 1], CSR by destination over local edges
+    indices: torch.Tensor           #: int32/int64 [m_k]
+    t_indptr: torch.Tensor          #: transpose (CSR by source), for backward
+    t_indices: torch.Tensor
+    in_degree_global: torch.Tensor  #: int64 [n_k]: in-degree in the whole graph
+    is_root: torch.Tensor           #: bool [n_k]
+    feat: torch.Tensor              #: float32 [n_k, F]
+    label: torch.Tensor             #: int64 [n_k] or float32 [n_k, C]
+    masks: dict[str, torch.Tensor]  #: train/val/test, bool [n_k], true only at roots
+    leaf_send: RowPlan              #: my leaf replicas, grouped by the rank holding their root
+    root_recv: RowPlan              #: my roots, grouped by the rank holding the leaf
+
+    @property
+    def num_local(self) -> int:
+        return int(self.local_to_global.shape[0])
+
+    @property
+    def local_degree(self) -> torch.Tensor:
+        """In-degree over this partition's edges only, int64 [n_k]."""
+        return self.indptr[1:] - self.indptr[:-1]
+
+
+def part_path(partition_dir: str | os.PathLike, k: int) -> Path:
+    return Path(partition_dir) / f"part_{k}.zarr"
+
+
+def read_num_parts(partition_dir: str | os.PathLike) -> int:
+    """P of a partition folder, from its assignment store's attributes."""
+    assignment = Path(partition_dir) / "assignment.zarr"
+    if not assignment.exists():
+        raise DistgnnError(f"{partition_dir}: not a partition folder (no assignment.zarr)")
+    import zarr
+
+    attrs = dict(zarr.open_group(str(assignment), mode="r").attrs)
+    for key in ("P", "num_parts"):
+        if key in attrs:
+            return int(attrs[key])
+    raise DistgnnError(f"{assignment}: no P attribute")
+
+
+def load_partition(partition_dir: str | os.PathLike, k: int) -> PartitionData:
+    """Read ``part_<k>.zarr`` fully into memory (refusing missing or damaged chunks)."""
+    path = part_path(partition_dir, k)
+    if not path.exists():
+        raise DistgnnError(f"{path}: missing part (partition folder incomplete)")
+    group = open_checked(path, PART_ARRAYS)
+    arrays = {name: read(group[name], slice(None), f"{path}/{name}") for name in PART_ARRAYS}
+    attrs = dict(group.attrs)
+    t = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in arrays.items()}
+    num_parts = int(attrs.get("P", attrs.get("num_parts", 0)))
+    if int(attrs.get("k", k)) != k:
+        raise DistgnnError(f"{path}: attribute k={attrs.get('k')} but file is part {k}")
+    return PartitionData(
+        k=k, num_parts=num_parts, attrs=attrs,
+        local_to_global=t["local_to_global"].long(), indptr=t["indptr"].long(),
+        indices=t["indices"], t_indptr=t["t_indptr"].long(), t_indices=t["t_indices"],
+        in_degree_global=t["in_degree_global"].long(), is_root=t["is_root"].bool(),
+        feat=t["feat"].float(), label=t["label"],
+        masks={m: t[m].bool() for m in ("train_mask", "val_mask", "test_mask")},
+        leaf_send=RowPlan(t["comm/leaf_send"].long(), arrays["comm/leaf_send_offsets"].astype(np.int64)),
+        root_recv=RowPlan(t["comm/root_recv"].long(), arrays["comm/root_recv_offsets"].astype(np.int64)),
+    )

@@ -1,0 +1,40 @@
+"""Where a run came from: versions, git commit, Slurm job id."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def versions() -> dict[str, Any]:
+    import numpy
+    import torch
+    import zarr
+    from mpi4py import MPI
+
+    import distgnn
+
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        own = version("distgnn")
+    except PackageNotFoundError:
+        own = getattr(distgnn, "__version__", "unknown")
+    return {"distgnn": own, "torch": torch.__version__, "numpy": numpy.__version__,
+            "zarr": zarr.__version__, "mpi": MPI.Get_library_version().splitlines()[0].strip()}
+
+
+def git_commit() -> str | None:
+    """The commit of the distgnn checkout this code runs from, if it is one."""
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def slurm_job_id() -> str | None:
+    return os.environ.get("SLURM_JOB_ID")

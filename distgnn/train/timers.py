@@ -1,0 +1,28 @@
+"""Wall-clock accumulators for the parts of an epoch."""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from typing import Iterator
+
+
+class Timers:
+    """Seconds spent per named part (``aggregate``, ``exchange_wait``, ``allreduce``...)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] += time.perf_counter() - start
+
+    def reset(self) -> dict[str, float]:
+        """Return the totals so far and start again from zero."""
+        out = dict(self.seconds)
+        self.seconds.clear()
+        return out

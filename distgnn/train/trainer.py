@@ -1,0 +1,391 @@
+"""The training loop of one rank (``distgnn train``; ranks = partitions, under mpiexec or srun).
+
+Every rank holds one partition and an identical model (same seed). Per epoch: forward over all
+local vertices with the algorithm's aggregation, loss summed over this rank's root training
+vertices divided by the global training count, backward, gradients summed over ranks, Adam.
+Rank 0 writes ``metrics.jsonl`` (one JSON line per epoch), and at the end ``summary.json`` and
+``model.pt``. See DESIGN section 6 for the keys.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import resource
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from distgnn import ops
+from distgnn.comm import Communicator
+from distgnn.errors import CollectiveError, DistgnnError
+from distgnn.models import GraphSAGE
+from distgnn.train import checkpoint as ckpt
+from distgnn.train.algorithms import Algorithm, parse_algorithm
+from distgnn.train.exchange import DistributedAggregation
+from distgnn.train.metrics import loss_sum, mean_roc_auc
+from distgnn.train.partition_data import PartitionData, load_partition, read_num_parts
+from distgnn.train.provenance import git_commit, slurm_job_id, versions
+from distgnn.train.timers import Timers
+
+FAIL_RANK_ENV = "DISTGNN_TEST_FAIL_RANK"    #: test-only: this rank raises ...
+FAIL_EPOCH_ENV = "DISTGNN_TEST_FAIL_EPOCH"  #: ... at this (0-based) epoch (default 0)
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters (compared on --resume) and run settings."""
+
+    algo: str = "cd-0"
+    epochs: int = 100
+    layers: int = 2
+    hidden: int = 64
+    aggregator: str = "mean"
+    lr: float = 0.01
+    dropout: float = 0.5
+    weight_decay: float = 0.0
+    seed: int = 0
+    eval_every: int = 1
+    checkpoint_every: int = 0
+    resume: bool = False
+    threads: int = 0
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The settings a checkpoint must agree with (run length and I/O cadence may change)."""
+        keep = ("algo", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed")
+        return {k: v for k, v in asdict(self).items() if k in keep}
+
+
+def default_run_dir(attrs: dict[str, Any], algo: str) -> Path:
+    return Path("runs") / str(attrs["store"]) / f"{attrs['method']}-{attrs['P']}" / algo
+
+
+def steady_start(algorithm: Algorithm, epochs: int) -> int:
+    """First epoch (0-based) counted in steady-state figures: 2r for cd-r; 1 otherwise (the first
+    epoch builds caches); 0 when that would leave nothing."""
+    start = 2 * algorithm.delay if algorithm.delay else 1
+    return start if epochs > start else 0
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _check_config(config: TrainConfig) -> Algorithm:
+    algorithm = parse_algorithm(config.algo)
+    if config.epochs < 1:
+        raise DistgnnError(f"--epochs must be >= 1, got {config.epochs}")
+    if config.layers < 1:
+        raise DistgnnError(f"--layers must be >= 1, got {config.layers}")
+    if config.hidden < 1:
+        raise DistgnnError(f"--hidden must be >= 1, got {config.hidden}")
+    if config.aggregator not in ("mean", "gcn"):
+        raise DistgnnError(f"--aggregator must be mean or gcn, got {config.aggregator}")
+    if not 0.0 <= config.dropout < 1.0:
+        raise DistgnnError(f"--dropout must lie in [0, 1), got {config.dropout}")
+    if config.eval_every < 0 or config.checkpoint_every < 0:
+        raise DistgnnError("--eval-every and --checkpoint-every must be >= 0")
+    return algorithm
+
+
+class Trainer:
+    """One rank's training run."""
+
+    def __init__(self, partition_dir: str | os.PathLike, config: TrainConfig,
+                 run_dir: str | os.PathLike | None = None, comm: Communicator | None = None):
+        self.config = config
+        self.algorithm = _check_config(config)
+        self.comm = comm or Communicator()
+        self.partition_dir = Path(partition_dir)
+        num_parts = read_num_parts(self.partition_dir)
+        if self.comm.size != num_parts:
+            raise CollectiveError(f"{self.partition_dir} has {num_parts} parts but {self.comm.size} "
+                               f"ranks were started (run mpiexec -n {num_parts} or srun -n {num_parts})")
+        self.part: PartitionData = load_partition(self.partition_dir, self.comm.rank)
+        self._check_consistency()
+        attrs = self.part.attrs
+        self.run_dir = Path(run_dir) if run_dir else default_run_dir(attrs, config.algo)
+        self.multilabel = bool(attrs.get("multilabel", False))
+        self.num_classes = int(attrs["num_classes"])
+        self.timers = Timers()
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        self.eval_comm = self.comm.dup()
+        self.aggregation = DistributedAggregation(self.part, self.algorithm, config.aggregator,
+                                                  self.comm, self.eval_comm, self.timers,
+                                                  config.threads)
+        torch.manual_seed(config.seed)
+        self.model = GraphSAGE(self.part.feat.shape[1], config.hidden, self.num_classes,
+                               config.layers, config.aggregator, config.dropout)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr,
+                                          weight_decay=config.weight_decay)
+        train_mask = self.part.masks["train_mask"]
+        self.global_train_count = int(self.comm.sum(int(train_mask.sum())))
+        if self.global_train_count == 0:
+            raise CollectiveError(f"{self.partition_dir}: no training vertex (train_mask is empty)")
+        self.train_ids = torch.nonzero(train_mask).flatten()
+        self.start_epoch = 0
+
+    # -- checks --------------------------------------------------------------------------
+    def _check_consistency(self) -> None:
+        """All parts come from the same graph store, assignment and P; the graph is unchanged."""
+        attrs = self.part.attrs
+        mine = (attrs.get("graph_checksum"), attrs.get("assignment_checksum"), attrs.get("P"),
+                attrs.get("method"), attrs.get("seed"))
+        everyone = self.comm.comm.allgather(mine)
+        for k, theirs in enumerate(everyone):
+            if theirs != everyone[0]:
+                raise CollectiveError(f"{self.partition_dir}: part_{k}.zarr disagrees with part_0.zarr "
+                                   f"(graph checksum, assignment, P, method or seed): rebuild the folder")
+        graph = attrs.get("graph")
+        if self.comm.rank == 0 and graph and Path(graph).exists():
+            import zarr
+
+            now = dict(zarr.open_group(str(graph), mode="r").attrs).get("checksum")
+            if now != attrs.get("graph_checksum"):
+                raise DistgnnError(f"{graph}: graph store changed since {self.partition_dir} was "
+                                   f"built (checksum {now} != {attrs.get('graph_checksum')}): "
+                                   f"repartition it")
+
+    # -- one epoch -------------------------------------------------------------------------
+    def _dropout(self, epoch: int):
+        p, seed, gids = self.config.dropout, self.config.seed, self.part.local_to_global
+
+        def apply(layer: int, h: torch.Tensor) -> torch.Tensor:
+            return ops.dropout(h, p, seed, epoch, layer, gids, training=True,
+                               threads=self.config.threads)
+        return apply
+
+    def _train_step(self, epoch: int) -> float:
+        self.model.train()
+        self.aggregation.training = True
+        self.optimizer.zero_grad(set_to_none=False)
+        logits = self.model(self.part.feat, self.aggregation, self._dropout(epoch))
+        ids = self.train_ids
+        loss = loss_sum(logits[ids], self.part.label[ids], self.multilabel) / self.global_train_count
+        loss.backward()
+        with self.timers("allreduce"):
+            grads = [p.grad for p in self.model.parameters()]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            self.comm.allreduce_sum_(flat, "gradients")
+            offset = 0
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+            total_loss = self.comm.sum(float(loss.detach()))
+        self.optimizer.step()
+        return total_loss
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Exact distributed evaluation (cd-0 aggregation, no dropout), metrics at roots."""
+        self.model.eval()
+        self.aggregation.training = False
+        logits = self.model(self.part.feat, self.aggregation, None)
+        out = {}
+        for name, key in (("train", "train_mask"), ("val", "val_mask"), ("test", "test_mask")):
+            ids = torch.nonzero(self.part.masks[key]).flatten()
+            if self.multilabel:
+                gathered = self.eval_comm.gather((logits[ids].numpy(), self.part.label[ids].numpy()))
+                value = None
+                if self.eval_comm.rank == 0:
+                    scores = np.concatenate([g[0] for g in gathered])
+                    labels = np.concatenate([g[1] for g in gathered])
+                    value = mean_roc_auc(scores, labels) if len(labels) else float("nan")
+                out[name] = self.eval_comm.bcast(value)
+            else:
+                correct = int((logits[ids].argmax(1) == self.part.label[ids]).sum())
+                total = self.eval_comm.sum(len(ids))
+                out[name] = self.eval_comm.sum(correct) / total if total else float("nan")
+        self.model.train()
+        self.aggregation.training = True
+        return out
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def _save_checkpoint(self, epoch: int) -> None:
+        folder = ckpt.checkpoint_dir(self.run_dir, epoch)
+        if self.comm.rank == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+        self.comm.barrier()
+        with self.timers("exchange_wait"):
+            exchange_state = self.aggregation.state_dict()
+        ckpt.atomic_torch_save({"exchange": exchange_state, "rng": torch.get_rng_state()},
+                               folder / f"rank_{self.comm.rank}.pt")
+        if self.comm.rank == 0:
+            ckpt.atomic_torch_save({"model": self.model.state_dict(),
+                                    "optimizer": self.optimizer.state_dict()}, folder / "model.pt")
+        self.comm.barrier()
+        if self.comm.rank == 0:
+            ckpt.write_manifest(folder, epoch, self.config.hyperparameters(), self.comm.size)
+            ckpt.prune(self.run_dir)
+        self.comm.barrier()
+
+    def _resume(self) -> None:
+        found = None
+        if self.comm.rank == 0:
+            try:
+                found = ckpt.newest_checkpoint(self.run_dir, self.config.hyperparameters())
+            except DistgnnError as exc:
+                found = exc
+        found = self.comm.bcast(found)
+        if isinstance(found, DistgnnError):
+            raise CollectiveError(str(found))
+        if found is None:
+            return  # nothing to resume from: start at epoch 0
+        epoch, folder = found
+        state = torch.load(folder / "model.pt", weights_only=False)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        mine = torch.load(folder / f"rank_{self.comm.rank}.pt", weights_only=False)
+        self.aggregation.load_state_dict(mine["exchange"])
+        torch.set_rng_state(mine["rng"])
+        self.start_epoch = epoch
+        if self.comm.rank == 0:
+            self._truncate_metrics(epoch)
+
+    def _truncate_metrics(self, epoch: int) -> None:
+        path = self.run_dir / "metrics.jsonl"
+        if not path.exists():
+            return
+        kept = [line for line in path.read_text().splitlines()
+                if line.strip() and json.loads(line)["epoch"] <= epoch]
+        ckpt.atomic_write_text("".join(line + "\n" for line in kept), path)
+
+    # -- the run -----------------------------------------------------------------------------
+    def _prepare_run_dir(self) -> None:
+        if self.comm.rank == 0:
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise DistgnnError(f"--out {self.run_dir}: cannot create ({exc.strerror})") from exc
+            if not os.access(self.run_dir, os.W_OK):
+                raise DistgnnError(f"--out {self.run_dir}: not writable")
+            if not self.config.resume:
+                for name in ("metrics.jsonl", "summary.json", "model.pt"):
+                    (self.run_dir / name).unlink(missing_ok=True)
+                shutil.rmtree(self.run_dir / "checkpoints", ignore_errors=True)
+        self.comm.barrier()
+
+    def run(self) -> dict[str, Any] | None:
+        """Train; returns the summary on rank 0 (None elsewhere)."""
+        self._prepare_run_dir()
+        if self.config.resume:
+            self._resume()
+        fail_rank = os.environ.get(FAIL_RANK_ENV)
+        fail_epoch = int(os.environ.get(FAIL_EPOCH_ENV, "0"))
+        records: list[dict[str, Any]] = []
+        if self.comm.rank == 0 and self.start_epoch > 0:
+            path = self.run_dir / "metrics.jsonl"
+            if path.exists():
+                records = [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
+        metrics_file = open(self.run_dir / "metrics.jsonl", "a") if self.comm.rank == 0 else None
+        try:
+            for epoch in range(self.start_epoch, self.config.epochs):
+                if fail_rank is not None and int(fail_rank) == self.comm.rank and epoch == fail_epoch:
+                    raise RuntimeError(f"injected failure ({FAIL_RANK_ENV}={fail_rank}) at epoch {epoch + 1}")
+                record = self._epoch(epoch)
+                if self.comm.rank == 0:
+                    metrics_file.write(json.dumps(record) + "\n")
+                    metrics_file.flush()
+                    records.append(record)
+                if not math.isfinite(record["loss"]):
+                    raise CollectiveError(f"loss is {record['loss']} at epoch {epoch + 1}: training diverged "
+                                       f"(the last good checkpoint is kept)")
+                if self.config.checkpoint_every and (epoch + 1) % self.config.checkpoint_every == 0 \
+                        and epoch + 1 < self.config.epochs:
+                    self._save_checkpoint(epoch + 1)
+        finally:
+            if metrics_file is not None:
+                metrics_file.close()
+        self.aggregation.finish()
+        self.comm.barrier()
+        if self.comm.rank != 0:
+            return None
+        summary = self._summary(records)
+        ckpt.atomic_torch_save({"model": self.model.state_dict(), "config": asdict(self.config),
+                                "in_dim": int(self.part.feat.shape[1]),
+                                "num_classes": self.num_classes}, self.run_dir / "model.pt")
+        ckpt.atomic_write_text(json.dumps(summary, indent=1), self.run_dir / "summary.json")
+        return summary
+
+    def _epoch(self, epoch: int) -> dict[str, Any]:
+        comm = self.comm
+        before = dict(comm.bytes_sent)
+        self.timers.reset()
+        start = time.perf_counter()
+        loss = self._train_step(epoch)
+        elapsed = time.perf_counter() - start
+        parts = self.timers.reset()
+        sent = {k: comm.bytes_sent.get(k, 0) - before.get(k, 0) for k in ("forward", "backward", "gradients")}
+        aggregate = parts.get("aggregate", 0.0)
+        wait = parts.get("exchange_wait", 0.0)
+        allreduce = parts.get("allreduce", 0.0)
+        record: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "loss": loss,
+            "epoch_time_s": comm.max(elapsed),
+            "time_aggregate_s": comm.max(aggregate),
+            "time_exchange_wait_s": comm.max(wait),
+            "time_dense_s": comm.max(max(elapsed - aggregate - wait - allreduce, 0.0)),
+            "time_allreduce_s": comm.max(allreduce),
+            "bytes_forward": comm.sum(sent["forward"]),
+            "bytes_backward": comm.sum(sent["backward"]),
+            "bytes_gradients": comm.sum(sent["gradients"]),
+        }
+        every = self.config.eval_every
+        if every and ((epoch + 1) % every == 0 or epoch + 1 == self.config.epochs):
+            eval_bytes = self.eval_comm.bytes_sent.get("eval", 0)
+            start = time.perf_counter()
+            record.update(self.evaluate())
+            self.timers.reset()
+            record["time_eval_s"] = comm.max(time.perf_counter() - start)
+            record["bytes_eval"] = comm.sum(self.eval_comm.bytes_sent.get("eval", 0) - eval_bytes)
+        record["peak_rss_bytes"] = comm.max(_peak_rss_bytes())
+        return record
+
+    def _summary(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        attrs = self.part.attrs
+        first = steady_start(self.algorithm, self.config.epochs)
+        steady = [r for r in records if r["epoch"] > first] or records
+        evaluated = [r for r in records if "val" in r]
+        best = max(evaluated, key=lambda r: (r["val"], -r["epoch"])) if evaluated else None
+
+        def mean(key: str) -> float:
+            return float(np.mean([r[key] for r in steady])) if steady else float("nan")
+
+        return {
+            "store": attrs.get("store"),
+            "method": attrs.get("method"),
+            "num_parts": int(attrs.get("P")),
+            "algo": self.config.algo,
+            "epochs": self.config.epochs,
+            "hyperparameters": self.config.hyperparameters(),
+            "seeds": {"model": self.config.seed, "partition": attrs.get("seed")},
+            "versions": versions(),
+            "git_commit": git_commit(),
+            "slurm_job_id": slurm_job_id(),
+            "partition_dir": str(self.partition_dir.resolve()),
+            "replication_factor": _replication_factor(self.partition_dir),
+            "steady_state_from_epoch": first + 1,
+            "mean_epoch_time_s": mean("epoch_time_s"),
+            "best_val": best["val"] if best else None,
+            "test_at_best_val": best["test"] if best else None,
+            "final_test": evaluated[-1]["test"] if evaluated else None,
+            "bytes_forward": mean("bytes_forward"),
+            "bytes_backward": mean("bytes_backward"),
+            "bytes_gradients": mean("bytes_gradients"),
+            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in records) if records else None,
+        }
+
+
+def _replication_factor(partition_dir: Path) -> float | None:
+    import zarr
+
+    attrs = dict(zarr.open_group(str(partition_dir / "assignment.zarr"), mode="r").attrs)
+    value = attrs.get("replication_factor")
+    return float(value) if value is not None else None

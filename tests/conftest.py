@@ -1,0 +1,68 @@
+"""Shared test helpers."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("OUTDATED_IGNORE", "1")
+os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
+            timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run ``python -m distgnn ARGS`` in a subprocess; returns the completed process (text)."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "distgnn", *map(str, args)], cwd=cwd,
+                          env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+def write_npy_graph(folder: Path, num_nodes: int = 50, num_edges: int = 300, feat_dim: int = 7,
+                    num_classes: int = 4, seed: int = 0, masks: bool = True) -> dict[str, np.ndarray]:
+    """Write a small random graph in the npy-folder format; returns the arrays written."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {
+        "src": rng.integers(0, num_nodes, num_edges).astype(np.int64),
+        "dst": rng.integers(0, num_nodes, num_edges).astype(np.int64),
+        "feat": rng.standard_normal((num_nodes, feat_dim)).astype(np.float32),
+        "label": rng.integers(0, num_classes, num_nodes).astype(np.int64),
+    }
+    if masks:
+        split = rng.integers(0, 3, num_nodes)
+        arrays.update(train_mask=split == 0, val_mask=split == 1, test_mask=split == 2)
+    for name, value in arrays.items():
+        np.save(folder / f"{name}.npy", value)
+    return arrays
+
+
+def reference_csr(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR by destination with sorted rows, by plain numpy (the test oracle)."""
+    order = np.lexsort((src, dst))
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=num_nodes), out=indptr[1:])
+    return indptr, src[order]
+
+
+@pytest.fixture
+def npy_graph(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    folder = tmp_path / "npy"
+    return folder, write_npy_graph(folder)
+
+
+def mpiexec(num_ranks: int, *args: str, env: dict | None = None, timeout: float = 300,
+            module: bool = True) -> subprocess.CompletedProcess:
+    """Run ``python -m distgnn ARGS`` (or ``python ARGS`` when not ``module``) under
+    ``mpiexec --oversubscribe -n num_ranks``, one thread per rank."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    command = ["mpiexec", "--oversubscribe", "-n", str(num_ranks), sys.executable]
+    command += ["-m", "distgnn"] if module else []
+    return subprocess.run(command + [str(a) for a in args], env=full_env, capture_output=True,
+                          text=True, timeout=timeout)

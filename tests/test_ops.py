@@ -1,0 +1,177 @@
+"""Native graph ops (distgnn.ops) against their plain torch references (distgnn.ops_reference)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from distgnn import _native, ops
+from distgnn import ops_reference as ref
+from distgnn.errors import DistgnnError
+
+
+def power_law_graph(n_dst: int, n_src: int, num_edges: int, seed: int,
+                    index_dtype: torch.dtype = torch.int32) -> tuple[torch.Tensor, torch.Tensor]:
+    """A CSR by destination with heavy-tailed in- and out-degrees, about a fifth of the rows empty
+    and some sources never used (isolated), rows unsorted."""
+    rng = np.random.default_rng(seed)
+    w_dst = rng.pareto(1.2, n_dst) + 1e-3
+    w_dst[rng.random(n_dst) < 0.2] = 0.0
+    w_src = rng.pareto(1.2, n_src) + 1e-3
+    w_src[rng.random(n_src) < 0.1] = 0.0
+    dst = rng.choice(n_dst, num_edges, p=w_dst / w_dst.sum())
+    src = rng.choice(n_src, num_edges, p=w_src / w_src.sum())
+    order = np.argsort(dst, kind="stable")
+    indptr = np.zeros(n_dst + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=n_dst), out=indptr[1:])
+    return torch.from_numpy(indptr), torch.from_numpy(src[order]).to(index_dtype)
+
+
+def test_openmp_enabled() -> None:
+    assert _native.openmp_enabled()
+    assert _native.aggregate_isa() in ("avx512", "avx2", "base", "native")
+
+
+@pytest.mark.parametrize("norm", ["sum", "mean", "gcn"])
+def test_gradcheck_float64(norm: str) -> None:
+    indptr, indices = power_law_graph(12, 15, 60, seed=1)
+    x = torch.randn(15, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: ops.aggregate(indptr, indices, t, norm), (x,))
+    degree = torch.randint(0, 9, (12,))  # a "global" degree unrelated to the local rows
+    assert torch.autograd.gradcheck(lambda t: ops.aggregate(indptr, indices, t, norm, degree=degree), (x,))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("F", [1, 7, 33, 256])
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("norm", ["sum", "mean", "gcn"])
+def test_aggregate_matches_reference(norm: str, index_dtype: torch.dtype, F: int, threads: int) -> None:
+    indptr, indices = power_law_graph(300, 400, 6000, seed=F + threads, index_dtype=index_dtype)
+    x = torch.randn(400, F, requires_grad=True)
+    y = ops.aggregate(indptr, indices, x, norm, threads=threads)
+    assert y.shape == (300, F) and y.dtype == torch.float32
+    grad = torch.randn_like(y)
+    (gx,) = torch.autograd.grad(y, x, grad)
+    # Exact references in float64; float32 error is bounded relative to the sum of |terms| (n eps, n up to ~1000).
+    x64 = x.detach().double().requires_grad_(True)
+    y64 = ref.aggregate(indptr, indices, x64, norm)
+    (g64,) = torch.autograd.grad(y64, x64, grad.double())
+    xa = x64.detach().abs().requires_grad_(True)
+    ya = ref.aggregate(indptr, indices, xa, norm)
+    (ga,) = torch.autograd.grad(ya, xa, grad.double().abs())
+    assert ((y.double() - y64).abs() <= 1e-4 * ya + 1e-6).all()
+    assert ((gx.double() - g64).abs() <= 1e-4 * ga + 1e-6).all()
+
+
+@pytest.mark.parametrize("norm", ["mean", "gcn"])
+def test_global_degree_and_stored_transpose(norm: str) -> None:
+    indptr, indices = power_law_graph(200, 250, 3000, seed=5)
+    degree = (indptr[1:] - indptr[:-1]) + torch.randint(0, 4, (200,))
+    t_indptr = torch.empty(251, dtype=torch.int64)
+    t_indices = torch.empty_like(indices)
+    _native.csr_transpose(indptr, indices, 250, t_indptr, t_indices)
+    x = torch.randn(250, 17, dtype=torch.float64, requires_grad=True)
+    y = ops.aggregate(indptr, indices, x, norm, degree=degree, transpose=(t_indptr, t_indices))
+    (gx,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    x2 = x.detach().clone().requires_grad_(True)
+    y_ref = ref.aggregate(indptr, indices, x2, norm, degree=degree)
+    (g_ref,) = torch.autograd.grad(y_ref, x2, torch.ones_like(y_ref))
+    torch.testing.assert_close(y, y_ref)
+    torch.testing.assert_close(gx, g_ref)
+
+
+@pytest.mark.parametrize("block", [8, 16, 32, 64, 128, 256])
+@pytest.mark.parametrize("chunk_edges", [1, 50, 100_000])
+def test_tuning_options_and_hub_rows(block: int, chunk_edges: int) -> None:
+    """Every column block, hub rows cut into many pieces (chunk_edges small), prefetch on."""
+    indptr, indices = power_law_graph(150, 150, 5000, seed=block)
+    x = torch.randn(150, 70)
+    s = torch.rand(150)
+    y = ops.spmm(indptr, indices, x, s, x[:100], 2, chunk_edges=chunk_edges, block=block, prefetch=3)
+    dst = torch.repeat_interleave(torch.arange(150), indptr[1:] - indptr[:-1])
+    expect = torch.zeros(150, 70).index_add_(0, dst, x[indices.long()])
+    expect[:100] += x[:100]
+    torch.testing.assert_close(y, expect * s[:, None], rtol=1e-4, atol=1e-4)
+
+
+def test_empty_graph_and_no_edges() -> None:
+    x = torch.randn(4, 5, requires_grad=True)
+    indptr = torch.zeros(4, dtype=torch.int64)
+    indices = torch.zeros(0, dtype=torch.int32)
+    y = ops.aggregate(indptr, indices, x, "gcn")
+    torch.testing.assert_close(y, x[:3].detach())
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.tensor([1.0, 1, 1, 0])[:, None].expand(4, 5))
+    empty = ops.aggregate(torch.zeros(1, dtype=torch.int64), indices, x, "mean")
+    assert empty.shape == (0, 5)
+
+
+def test_bad_inputs_raise_one_line_errors() -> None:
+    indptr, indices = power_law_graph(10, 10, 50, seed=0)
+    x = torch.randn(10, 4)
+    with pytest.raises(DistgnnError, match="norm"):
+        ops.aggregate(indptr, indices, x, "max")
+    with pytest.raises(DistgnnError, match="rows"):
+        ops.aggregate(indptr, indices, x[:5], "sum")
+    with pytest.raises(DistgnnError, match="indptr"):
+        ops.aggregate(indptr.to(torch.int32), indices, x)
+    with pytest.raises(DistgnnError, match="degree"):
+        ops.aggregate(indptr, indices, x, "mean", degree=torch.ones(3))
+    with pytest.raises(DistgnnError, match="gcn"):
+        ops.aggregate(indptr[:1].clone() if False else torch.tensor([0, 0, 0], dtype=torch.int64),
+                      torch.zeros(0, dtype=torch.int32), torch.randn(1, 4), "gcn")
+    with pytest.raises(TypeError):  # the native layer refuses mixed dtypes instead of copying
+        _native.aggregate_spmm(indptr, indices, x, torch.empty(10, 4, dtype=torch.float64))
+
+
+def test_transpose_cache_is_reused() -> None:
+    indptr, indices = power_law_graph(30, 30, 200, seed=3)
+    x = torch.randn(30, 4, requires_grad=True)
+    ops.aggregate(indptr, indices, x, "mean").sum().backward()
+    graph = ops._graph(indptr, indices, 1)
+    assert 30 in graph._transposes
+    first = graph._transposes[30]
+    ops.aggregate(indptr, indices, x, "mean").sum().backward()
+    assert ops._graph(indptr, indices, 1)._transposes[30] is first
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_gather_and_scatter_add_rows(dtype: torch.dtype) -> None:
+    x = torch.randn(50, 33, dtype=dtype)
+    rows = torch.tensor([3, 7, 3, 49, 0, 7, 7], dtype=torch.int64)
+    torch.testing.assert_close(ops.gather_rows(x, rows, threads=2), ref.gather_rows(x, rows))
+    src = torch.randn(7, 33, dtype=dtype)
+    y = torch.randn(50, 33, dtype=dtype)
+    expect = ref.scatter_add_rows(y.clone(), rows, src)
+    torch.testing.assert_close(ops.scatter_add_rows(y, rows.to(torch.int32), src, threads=2), expect)
+    with pytest.raises(ValueError):
+        ops.gather_rows(x, torch.tensor([50]))
+
+
+def test_dropout_matches_reference_and_keys() -> None:
+    gids = torch.arange(1000, 3000, dtype=torch.int64)
+    mask = ops.dropout_mask(64, 0.3, seed=7, epoch=2, layer=1, global_ids=gids)
+    torch.testing.assert_close(mask, ref.dropout_mask(64, 0.3, 7, 2, 1, gids), rtol=0, atol=0)
+    keep = (mask > 0).double().mean().item()
+    assert abs(keep - 0.7) < 0.01  # 128,000 draws: the standard error is 0.0013
+    torch.testing.assert_close(mask[mask > 0], torch.full_like(mask[mask > 0], 1 / 0.7))
+    # equal keys -> equal masks (also for a replica of a vertex at another position, int32 ids)
+    again = ops.dropout_mask(64, 0.3, 7, 2, 1, gids.flip(0).to(torch.int32))
+    torch.testing.assert_close(again, mask.flip(0), rtol=0, atol=0)
+    for other in [(8, 2, 1), (7, 3, 1), (7, 2, 2)]:
+        different = ops.dropout_mask(64, 0.3, *other, global_ids=gids)
+        assert (different != mask).float().mean() > 0.3
+    assert not torch.equal(mask[0], mask[1])  # vertices differ
+    assert not torch.equal(mask[:, 0], mask[:, 1])  # columns differ
+
+
+def test_dropout_forward_backward() -> None:
+    gids = torch.randint(0, 10**9, (40,))
+    x = torch.randn(40, 9, dtype=torch.float64, requires_grad=True)
+    y = ops.dropout(x, 0.5, 1, 0, 3, gids)
+    torch.testing.assert_close(y, ref.dropout(x, 0.5, 1, 0, 3, gids))
+    assert torch.autograd.gradcheck(lambda t: ops.dropout(t, 0.5, 1, 0, 3, gids), (x,))
+    assert ops.dropout(x, 0.5, 1, 0, 3, gids, training=False) is x
+    assert torch.count_nonzero(ops.dropout(x, 1.0, 1, 0, 3, gids)) == 0
+    with pytest.raises(DistgnnError, match="global_ids"):
+        ops.dropout(x, 0.5, 1, 0, 3, gids[:3])
