@@ -4,24 +4,16 @@ from __future__ import annotations
 import argparse
 import time
 
+from distgnn.commands.train import add_train_options
 from distgnn.launch import launch, load_preset, num_parts
 from distgnn.launch.submit import EXECUTORS, local_threads
 
-#: Options passed through to ``distgnn train`` unchanged: (flag, type, help).
-TRAIN_OPTIONS = (
-    ("--epochs", int, "training epochs"),
-    ("--layers", int, "GraphSAGE layers"),
-    ("--hidden", int, "hidden width"),
-    ("--aggregator", str, "mean or gcn"),
-    ("--lr", float, "Adam learning rate"),
-    ("--dropout", float, "dropout probability"),
-    ("--weight-decay", float, "Adam weight decay"),
-    ("--seed", int, "model and dropout seed"),
-    ("--eval-every", int, "evaluate every K epochs"),
-    ("--checkpoint-every", int, "checkpoint every K epochs"),
-    ("--threads", int, "threads per rank (default: the preset's cpus_per_task)"),
-    ("--out", str, "run folder (default: the trainer's, runs/<store>/<method>-<P>/<algo>)"),
-)
+
+def train_flags() -> list[tuple[str, str, bool]]:
+    """(flag, dest, is_switch) of every ``distgnn train`` option (the trainer's own definitions)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_train_options(parser)
+    return [(a.option_strings[0], a.dest, a.nargs == 0) for a in parser._actions]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +22,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "through submitit and wait: a Slurm job of P tasks under srun, "
                                    "a local job running mpiexec -n P, or in-process (debug).")
     p.add_argument("partdir", help="partition folder (assignment.zarr, part_<k>.zarr)")
-    p.add_argument("--algo", required=True, help="0c, cd-0, cd-<r> or cd-<r>-orig")
     p.add_argument("--executor", choices=EXECUTORS, default="local",
                    help="where the ranks run (default: local)")
     p.add_argument("--preset", default=None,
@@ -41,24 +32,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="submitit folder; each job's pickles and logs go to <log-dir>/<job id>")
     p.add_argument("--grace", type=float, default=None,
                    help="seconds a job may be gone from squeue without a result (default: preset's, 30)")
-    for flag, kind, text in TRAIN_OPTIONS:
-        p.add_argument(flag, type=kind, default=None, help=f"train: {text}")
-    p.add_argument("--resume", action="store_true", help="train: resume from the newest checkpoint")
+    add_train_options(p)  # --algo, --epochs, ..., --threads, --out: passed to every rank
+    # Unset threads = the preset's cpus per task; unset out = the trainer's default folder.
+    p.set_defaults(threads=None, out=None)
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
 
 def train_argv(args: argparse.Namespace, threads: int) -> list[str]:
     """The ``distgnn train`` command every rank runs, from the launch options."""
-    argv = ["distgnn", "train", args.partdir, "--algo", args.algo]
-    for flag, _, _ in TRAIN_OPTIONS:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if flag == "--threads":
-            value = threads
-        if value is not None:
+    argv = ["distgnn", "train", args.partdir]
+    for flag, dest, switch in train_flags():
+        value = threads if dest == "threads" else getattr(args, dest)
+        if switch:
+            argv += [flag] if value else []
+        elif value is not None:
             argv += [flag, str(value)]
-    if args.resume:
-        argv.append("--resume")
     if args.quiet:
         argv.append("--quiet")
     return argv

@@ -124,9 +124,10 @@ def wait_for_tasks(tasks: list[Any], job_id: str, is_active: Callable[[], bool],
                 inactive_since = now
         if inactive_since is not None and now - inactive_since > grace_s:
             missing = [i for i, o in enumerate(outcomes) if o is None]
+            tails = log_tails(tasks)
             summary = (f"job {job_id} is no longer listed by the scheduler and tasks {missing} left "
-                       f"no result file within {grace_s:.0f} s")
-            raise JobFailed(summary, log_tails(tasks))
+                       f"no result file within {grace_s:.0f} s; last error: {error_line(tails)}")
+            raise JobFailed(summary, tails)
         if deadline_s is not None and now - start > deadline_s:
             raise JobFailed(f"job {job_id} did not finish within {deadline_s:.0f} s", log_tails(tasks))
         time.sleep(poll_s)
