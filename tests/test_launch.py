@@ -82,17 +82,6 @@ def test_launch_local_failing_rank(tmp_path, monkeypatch, capsys):
     assert "probe failure on rank 1" in capsys.readouterr().err
 
 
-@pytest.fixture(scope="session")
-def local_slurm():
-    """The one-node Slurm of cluster/local-slurm.sh, started for the session and stopped after."""
-    script = REPO / "cluster" / "local-slurm.sh"
-    was_running = subprocess.run(["bash", str(script), "status"], capture_output=True).returncode == 0
-    subprocess.run(["bash", str(script), "start"], check=True, timeout=600)
-    yield
-    if not was_running:
-        subprocess.run(["bash", str(script), "stop"], check=True, timeout=60)
-
-
 @pytest.mark.slurm
 def test_launch_slurm_ranks(local_slurm, tmp_path):
     out = tmp_path / "probe.json"
