@@ -66,3 +66,14 @@ def mpiexec(num_ranks: int, *args: str, env: dict | None = None, timeout: float 
     command += ["-m", "distgnn"] if module else []
     return subprocess.run(command + [str(a) for a in args], env=full_env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def local_slurm():
+    """The one-node Slurm of cluster/local-slurm.sh, started for the session and stopped after."""
+    script = REPO / "cluster" / "local-slurm.sh"
+    was_running = subprocess.run(["bash", str(script), "status"], capture_output=True).returncode == 0
+    subprocess.run(["bash", str(script), "start"], check=True, timeout=600)
+    yield
+    if not was_running:
+        subprocess.run(["bash", str(script), "stop"], check=True, timeout=60)

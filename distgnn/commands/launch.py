@@ -1,0 +1,70 @@
+"""distgnn launch PARTDIR --algo ALGO --executor local|slurm|debug: run ``distgnn train`` via submitit."""
+from __future__ import annotations
+
+import argparse
+import time
+
+from distgnn.commands.train import add_train_options
+from distgnn.launch import launch, load_preset, num_parts
+from distgnn.launch.submit import EXECUTORS, local_threads
+
+
+def train_flags() -> list[tuple[str, str, bool]]:
+    """(flag, dest, is_switch) of every ``distgnn train`` option (the trainer's own definitions)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_train_options(parser)
+    return [(a.option_strings[0], a.dest, a.nargs == 0) for a in parser._actions]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("launch", help="run `distgnn train` as P MPI ranks through submitit",
+                       description="Submit `distgnn train PARTDIR` (one MPI rank per partition) "
+                                   "through submitit and wait: a Slurm job of P tasks under srun, "
+                                   "a local job running mpiexec -n P, or in-process (debug).")
+    p.add_argument("partdir", help="partition folder (assignment.zarr, part_<k>.zarr)")
+    p.add_argument("--executor", choices=EXECUTORS, default="local",
+                   help="where the ranks run (default: local)")
+    p.add_argument("--preset", default=None,
+                   help="submitit preset name in --presets (default: the executor's name)")
+    p.add_argument("--presets", default=None,
+                   help="presets YAML (default: cluster/submitit.yaml)")
+    p.add_argument("--log-dir", default="logs/submitit",
+                   help="submitit folder; each job's pickles and logs go to <log-dir>/<job id>")
+    p.add_argument("--grace", type=float, default=None,
+                   help="seconds a job may be gone from squeue without a result (default: preset's, 30)")
+    add_train_options(p)  # --algo, --epochs, ..., --threads, --out: passed to every rank
+    # Unset threads = the preset's cpus per task; unset out = the trainer's default folder.
+    p.set_defaults(threads=None, out=None)
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(func=run)
+
+
+def train_argv(args: argparse.Namespace, threads: int) -> list[str]:
+    """The ``distgnn train`` command every rank runs, from the launch options."""
+    argv = ["distgnn", "train", args.partdir]
+    for flag, dest, switch in train_flags():
+        value = threads if dest == "threads" else getattr(args, dest)
+        if switch:
+            argv += [flag] if value else []
+        elif value is not None:
+            argv += [flag, str(value)]
+    if args.quiet:
+        argv.append("--quiet")
+    return argv
+
+
+def run(args: argparse.Namespace) -> int:
+    ranks = num_parts(args.partdir)
+    preset = load_preset(args.preset or args.executor, args.presets)
+    if args.threads is not None:
+        threads = args.threads
+    elif args.executor == "slurm":
+        threads = int(preset.get("cpus_per_task", 1))
+    else:
+        threads = local_threads(preset, ranks)
+    start = time.perf_counter()
+    result = launch(train_argv(args, threads), ranks, args.executor, preset, args.log_dir,
+                    job_name=f"distgnn-{args.algo}-P{ranks}", grace_s=args.grace)
+    print(f"{args.executor} job {result.job_id}: {ranks} ranks finished "
+          f"({time.perf_counter() - start:.1f} s); logs in {result.folder}")
+    return 0

@@ -1,0 +1,46 @@
+"""Named submitit presets for the train job (``cluster/submitit.yaml``)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from distgnn.errors import DistgnnError
+
+#: Keys a preset may set. ``ranks_per_node`` is ours (tasks per node; nodes = ceil(P / it));
+#: the others are submitit's AutoExecutor parameters (``slurm_*`` ones only reach Slurm).
+PRESET_KEYS = {
+    "ranks_per_node", "cpus_per_task", "mem_gb", "timeout_min", "slurm_partition", "slurm_account",
+    "slurm_qos", "slurm_constraint", "slurm_signal_delay_s", "slurm_additional_parameters",
+    "slurm_setup", "slurm_srun_args", "grace_s",
+}
+
+
+def default_presets_file() -> Path:
+    """``cluster/submitit.yaml`` under the working directory, else the one beside this package."""
+    here = Path("cluster/submitit.yaml")
+    if here.is_file():
+        return here
+    return Path(__file__).resolve().parents[2] / "cluster" / "submitit.yaml"
+
+
+def load_preset(name: str, path: str | Path | None = None) -> dict[str, Any]:
+    """The preset ``name`` of the YAML file ``path`` (a mapping of preset name -> settings)."""
+    import yaml
+
+    path = Path(path) if path is not None else default_presets_file()
+    try:
+        presets = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise DistgnnError(f"{path}: cannot read submitit presets ({exc})") from exc
+    if not isinstance(presets, dict) or not presets:
+        raise DistgnnError(f"{path}: expected a mapping of preset names to settings")
+    if name not in presets:
+        raise DistgnnError(f"--preset {name}: not in {path} (known: {', '.join(presets)})")
+    preset = presets[name] or {}
+    if not isinstance(preset, dict):
+        raise DistgnnError(f"{path}: preset {name!r} must be a mapping")
+    unknown = sorted(set(preset) - PRESET_KEYS)
+    if unknown:
+        raise DistgnnError(f"{path}: preset {name!r} has unknown keys {unknown} "
+                           f"(allowed: {', '.join(sorted(PRESET_KEYS))})")
+    return preset

@@ -1,0 +1,121 @@
+"""Submit a command as P MPI ranks through submitit and wait for it."""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from distgnn.errors import DistgnnError
+from distgnn.launch.tasks import MpiexecTask, RankTask
+from distgnn.launch.watch import JobFailed, squeue_active, wait_for_tasks
+
+EXECUTORS = ("local", "slurm", "debug")
+
+#: srun options of every rank step: PMIx wire-up for Open MPI, one dead rank ends the step (instead
+#: of the others blocking in a collective forever), ranks pinned to their cores.
+SRUN_ARGS = ["--mpi=pmix", "--kill-on-bad-exit=1", "--cpu-bind=cores"]
+
+
+@dataclass
+class LaunchResult:
+    """What a finished launch reports.
+
+    Attributes:
+        job_id: the scheduler's job id (Slurm) or submitit's local id.
+        executor: ``local``, ``slurm`` or ``debug``.
+        num_ranks: MPI ranks started.
+        folder: submitit's folder (pickles and per-task logs).
+        results: each task's return value.
+    """
+    job_id: str
+    executor: str
+    num_ranks: int
+    folder: Path
+    results: list[Any]
+
+
+def slurm_parameters(preset: dict[str, Any], ranks: int, job_name: str) -> dict[str, Any]:
+    """submitit AutoExecutor parameters of a Slurm job of ``ranks`` tasks from a preset."""
+    per_node = int(preset.get("ranks_per_node") or ranks)
+    nodes = math.ceil(ranks / per_node)
+    if ranks % nodes:
+        raise DistgnnError(f"cannot spread {ranks} ranks evenly over {nodes} nodes "
+                           f"(preset ranks_per_node={per_node})")
+    cpus = int(preset.get("cpus_per_task", 1))
+    params: dict[str, Any] = {
+        "name": job_name, "nodes": nodes, "tasks_per_node": ranks // nodes, "cpus_per_task": cpus,
+        "timeout_min": int(preset.get("timeout_min", 60)),
+        "slurm_srun_args": [*SRUN_ARGS, *preset.get("slurm_srun_args", [])],
+        # Exported in the batch script, so every rank's step inherits them.
+        "slurm_setup": [f"export OMP_NUM_THREADS={cpus}", "export OMP_PROC_BIND=close",
+                        "export OMP_PLACES=cores", *preset.get("slurm_setup", [])],
+    }
+    if preset.get("mem_gb") is not None:
+        params["mem_gb"] = preset["mem_gb"]
+    for key in ("slurm_partition", "slurm_account", "slurm_qos", "slurm_constraint",
+                "slurm_signal_delay_s", "slurm_additional_parameters"):
+        if preset.get(key) is not None:
+            params[key] = preset[key]
+    return params
+
+
+def local_threads(preset: dict[str, Any], ranks: int) -> int:
+    """Threads per rank of a local run: the preset's cpus_per_task, else the cores shared out."""
+    if preset.get("cpus_per_task"):
+        return int(preset["cpus_per_task"])
+    return max(1, (os.cpu_count() or 1) // ranks)
+
+
+def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], folder: str | Path,
+           *, job_name: str = "distgnn-train", grace_s: float | None = None,
+           deadline_s: float | None = None) -> LaunchResult:
+    """Run ``argv`` as ``ranks`` MPI ranks through submitit and wait until it finishes.
+
+    ``executor``: ``slurm`` = one job of ``ranks`` tasks under srun (each task runs ``argv`` in
+    process, see ``RankTask``); ``local`` = one local submitit task that runs ``mpiexec -n ranks
+    argv``; ``debug`` = the same in this very process (for pdb). Raises ``DistgnnError`` with a
+    one-line summary when the job fails; the failing rank's error and the log tails go to stderr.
+    """
+    if executor not in EXECUTORS:
+        raise DistgnnError(f"--executor {executor}: expected one of {', '.join(EXECUTORS)}")
+    folder = Path(folder)
+    grace = float(grace_s if grace_s is not None else preset.get("grace_s", 30))
+    if executor == "slurm":
+        ex = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
+        ex.update_parameters(**slurm_parameters(preset, ranks, job_name))
+        threads = int(preset.get("cpus_per_task", 1))
+        job = ex.submit(RankTask(argv, threads))
+        tasks = [job.task(i) for i in range(ranks)] if ranks > 1 else [job]
+        is_active = lambda: squeue_active(str(job.job_id))  # noqa: E731
+    else:
+        ex = submitit.AutoExecutor(folder=folder / "%j", cluster=executor)
+        ex.update_parameters(name=job_name, timeout_min=int(preset.get("timeout_min", 60)),
+                             tasks_per_node=1)
+        job = ex.submit(MpiexecTask(argv, ranks, local_threads(preset, ranks)))
+        tasks = [job]
+        is_active = lambda: not job.done()  # noqa: E731
+    print(f"distgnn launch: submitted {executor} job {job.job_id} ({ranks} ranks); "
+          f"logs in {folder / str(job.job_id)}", file=sys.stderr, flush=True)
+    try:
+        if executor == "debug":
+            results = [job.result()]  # the debug executor runs the task here, now
+        else:
+            results = wait_for_tasks(tasks, str(job.job_id), is_active, grace_s=grace,
+                                     deadline_s=deadline_s)
+    except JobFailed as exc:
+        job.cancel(check=False)  # the other ranks may still be alive
+        print(exc.details, file=sys.stderr, flush=True)
+        raise DistgnnError(exc.summary) from None
+    except submitit.core.utils.FailedJobError as exc:
+        print(str(exc), file=sys.stderr, flush=True)
+        raise DistgnnError(f"{executor} job {job.job_id} failed: "
+                           f"{(str(exc).strip().splitlines() or ['?'])[-1]}") from None
+    except KeyboardInterrupt:
+        job.cancel(check=False)
+        raise
+    return LaunchResult(str(job.job_id), executor, ranks, folder / str(job.job_id), results)

@@ -1,0 +1,140 @@
+"""The callables submitit runs: every Slurm task runs one rank; a local job runs ``mpiexec -n P``.
+
+Both are ``submitit.helpers.Checkpointable``: on submitit's signal (SIGUSR2 by default, sent before
+a time limit or on preemption) submitit calls ``checkpoint()`` in the task of global rank 0 only;
+it returns the same task with ``--resume`` added, and submitit requeues the job, which then resumes
+from the trainer's newest periodic checkpoint (DESIGN 6). The trainer writes its own checkpoints
+every ``--checkpoint-every`` epochs; nothing is saved here.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import subprocess
+import sys
+
+import submitit
+from submitit.helpers import Checkpointable, CommandFunction, DelayedSubmission
+
+from distgnn.errors import DistgnnError
+
+
+def with_resume(argv: list[str]) -> list[str]:
+    """``argv`` with ``--resume`` appended unless it is there already."""
+    return list(argv) if "--resume" in argv else [*argv, "--resume"]
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment pinning one rank's threads: ``threads`` OpenMP threads, kept close to the rank."""
+    return {"OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "close", "OMP_PLACES": "cores"}
+
+
+def run_in_process(argv: list[str]) -> None:
+    """Run ``argv`` in this process: ``distgnn ...`` through the CLI, ``X.py ...`` as a script,
+    anything else as a child process. Raises ``RuntimeError`` naming the rank when it fails."""
+    rank = os.environ.get("SLURM_PROCID", os.environ.get("OMPI_COMM_WORLD_RANK", "?"))
+    if argv[0] == "distgnn":
+        from distgnn.cli import main
+
+        code = main(argv[1:])
+        if code:
+            raise RuntimeError(f"rank {rank}: `{' '.join(argv)}` exited with status {code}")
+    elif argv[0].endswith(".py"):
+        saved = sys.argv
+        sys.argv = list(argv)
+        try:
+            runpy.run_path(argv[0], run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (0, None):
+                raise RuntimeError(f"rank {rank}: {argv[0]} exited with status {exc.code}") from exc
+        finally:
+            sys.argv = saved
+    else:
+        code = subprocess.call(argv)
+        if code:
+            raise RuntimeError(f"rank {rank}: `{' '.join(argv)}` exited with status {code}")
+
+
+class RankTask(Checkpointable):
+    """One MPI rank of a Slurm job (srun starts P of these; MPI is initialised in-process via PMIx).
+
+    Attributes:
+        argv: the command every rank runs, e.g. ``["distgnn", "train", PARTDIR, "--algo", "cd-5"]``.
+        threads: threads per rank (= cpus per task).
+    """
+
+    def __init__(self, argv: list[str], threads: int) -> None:
+        self.argv = list(argv)
+        self.threads = threads
+
+    def __call__(self) -> str:
+        for key, value in thread_env(self.threads).items():
+            os.environ.setdefault(key, value)
+        env = submitit.JobEnvironment()
+        # The trainer records the Slurm job id in summary.json; srun exports it, submitit knows it.
+        os.environ.setdefault("SLURM_JOB_ID", str(env.job_id).split("_")[0])
+        try:
+            run_in_process(self.argv)
+        except BaseException as exc:
+            # Let submitit write this rank's error, then MPI_Abort at exit instead of blocking in
+            # MPI_Finalize while the other ranks wait in a collective (srun then ends the step).
+            if "mpi4py.MPI" in sys.modules:
+                from mpi4py.run import set_abort_status
+
+                set_abort_status(exc if isinstance(exc, SystemExit) else 1)
+            raise
+        return f"rank {env.global_rank} of {env.num_tasks} done"
+
+    def checkpoint(self, *args: object, **kwargs: object) -> DelayedSubmission:
+        return DelayedSubmission(RankTask(with_resume(self.argv), self.threads))
+
+
+def mpiexec_argv(argv: list[str], ranks: int, cores: int) -> list[str]:
+    """``mpiexec -n ranks ... argv``; oversubscribed (and unbound) when ranks exceed ``cores``."""
+    cmd = ["mpiexec", "-n", str(ranks)]
+    if ranks > cores:
+        cmd += ["--oversubscribe", "--bind-to", "none"]
+    else:
+        cmd += ["--bind-to", "core"]
+    return cmd + interpreter_argv(argv)
+
+
+def interpreter_argv(argv: list[str]) -> list[str]:
+    """``argv`` made runnable by this Python (so the ranks use the launcher's environment):
+    ``distgnn ...`` -> ``python -m mpi4py -m distgnn ...``, ``X.py ...`` -> ``python -m mpi4py X.py``."""
+    # `python -m mpi4py` turns an uncaught exception in one rank into MPI_Abort, so the others
+    # never wait for it forever in a collective.
+    if argv[0] == "distgnn":
+        return [sys.executable, "-m", "mpi4py", "-m", "distgnn", *argv[1:]]
+    if argv[0].endswith(".py"):
+        return [sys.executable, "-m", "mpi4py", *argv]
+    return list(argv)
+
+
+class MpiexecTask(Checkpointable):
+    """A local job: one submitit task that starts ``mpiexec -n ranks argv`` and waits for it.
+
+    Attributes:
+        argv: the command every rank runs.
+        ranks: number of MPI ranks (= partitions).
+        threads: threads per rank.
+    """
+
+    def __init__(self, argv: list[str], ranks: int, threads: int) -> None:
+        self.argv = list(argv)
+        self.ranks = ranks
+        self.threads = threads
+
+    def __call__(self) -> str:
+        env = dict(os.environ, **thread_env(self.threads))
+        if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        cmd = mpiexec_argv(self.argv, self.ranks, os.cpu_count() or 1)
+        try:
+            return CommandFunction(cmd, verbose=True, env=env)()
+        except FileNotFoundError as exc:
+            raise DistgnnError("mpiexec not found: install Open MPI (scripts/setup.sh)") from exc
+
+    def checkpoint(self, *args: object, **kwargs: object) -> DelayedSubmission:
+        return DelayedSubmission(MpiexecTask(with_resume(self.argv), self.ranks, self.threads))

@@ -1,0 +1,133 @@
+"""Wait for a submitted job without ever waiting forever (DESIGN 7).
+
+submitit learns a Slurm job's state from ``sacct``; on a cluster without accounting a job that dies
+before writing its result file (e.g. an abort inside MPI_Init) would be waited for forever. Here the
+result files of the tasks are read directly, and the scheduler is asked (``squeue``) whether the job
+is still queued or running: once it is not, and no result file appears within a grace period, the
+job is reported as failed with the tail of its logs.
+"""
+from __future__ import annotations
+
+import pickle
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+#: squeue states of a job that is still on its way (anything else, or no line, means it is over).
+ACTIVE_STATES = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "REQUEUE_HOLD",
+                 "REQUEUE_FED", "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "PREEMPTED"}
+
+
+class JobFailed(Exception):
+    """The job ended without every task succeeding; ``str()`` is a multi-line report."""
+
+    def __init__(self, summary: str, details: str) -> None:
+        super().__init__(f"{summary}\n{details}")
+        self.summary = summary
+        self.details = details
+
+
+def squeue_active(job_id: str) -> bool:
+    """True while ``squeue`` lists ``job_id`` in an active state (pending, running, requeued...)."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
+                             text=True, timeout=30).stdout
+    except subprocess.TimeoutExpired:
+        return True  # a slow controller is no evidence that the job is gone
+    states = {line.strip() for line in out.splitlines() if line.strip()}
+    return bool(states & ACTIVE_STATES)
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a text file ('' when it does not exist)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def log_tails(tasks: list[Any], lines: int = 30) -> str:
+    """The stderr (else stdout) tail of each task, headed by its log file's path."""
+    parts = []
+    for i, task in enumerate(tasks):
+        for path in (task.paths.stderr, task.paths.stdout):
+            text = tail(path, lines)
+            if text:
+                parts.append(f"--- task {i}: {path} (last {lines} lines)\n{text}")
+                break
+        else:
+            parts.append(f"--- task {i}: no log at {task.paths.stdout}")
+    return "\n".join(parts)
+
+
+#: The last line of a Python traceback: ``SomeError: message``.
+_EXC_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\w*: ")
+#: Wrappers that only repeat what the command printed.
+_WRAPPERS = ("submitit.core.utils.FailedJobError", "subprocess.CalledProcessError")
+
+
+def error_line(text: str) -> str:
+    """The most telling line of an error text: the innermost ``XError: message`` of the command
+    (not submitit's wrappers), else the last non-blank line that is not a rule of dashes."""
+    lines = [ln.strip() for ln in text.splitlines()]
+    found = [ln for ln in lines if _EXC_LINE.match(ln) and not ln.startswith(_WRAPPERS)]
+    if found:
+        return found[-1]
+    rest = [ln for ln in lines if ln and set(ln) != {"-"}]
+    return rest[-1] if rest else "(no message)"
+
+
+def read_outcome(path: Path) -> tuple[str, Any] | None:
+    """``("success", value)`` or ``("error", traceback_text)`` from a result pickle, None if absent."""
+    if not path.exists():
+        return None
+    for _ in range(10):  # the file may be caught mid-write on a network filesystem
+        try:
+            with path.open("rb") as fh:
+                return pickle.load(fh)
+        except (EOFError, pickle.UnpicklingError):
+            time.sleep(0.2)
+    return ("error", f"unreadable result file {path}")
+
+
+def wait_for_tasks(tasks: list[Any], job_id: str, is_active: Callable[[], bool], *,
+                   grace_s: float = 30.0, poll_s: float = 1.0,
+                   deadline_s: float | None = None) -> list[Any]:
+    """Wait until every task of job ``job_id`` wrote a successful result, and return the results.
+
+    ``tasks`` are submitit jobs (one per task, with ``.paths``); ``is_active()`` tells whether the
+    scheduler still runs or queues the job. Raises ``JobFailed`` as soon as one task reports an
+    error (its traceback first, then every task's log tail), when the job is no longer active and
+    some result is still missing ``grace_s`` seconds later, or after ``deadline_s`` seconds.
+    """
+    start = time.monotonic()
+    inactive_since: float | None = None
+    last_check = -1e9
+    while True:
+        outcomes = [read_outcome(t.paths.result_pickle) for t in tasks]
+        errors = [(i, o[1]) for i, o in enumerate(outcomes) if o is not None and o[0] != "success"]
+        if errors:
+            summary = f"job {job_id} failed: task {errors[0][0]}: {error_line(str(errors[0][1]))}"
+            details = "\n".join(f"--- task {i} error:\n{str(err).strip()}" for i, err in errors)
+            raise JobFailed(summary, details + "\n" + log_tails(tasks))
+        if all(o is not None for o in outcomes):
+            return [o[1] for o in outcomes]
+        now = time.monotonic()
+        if now - last_check >= max(poll_s, 2.0):  # do not hammer the controller
+            last_check = now
+            if is_active():
+                inactive_since = None
+            elif inactive_since is None:
+                inactive_since = now
+        if inactive_since is not None and now - inactive_since > grace_s:
+            missing = [i for i, o in enumerate(outcomes) if o is None]
+            tails = log_tails(tasks)
+            summary = (f"job {job_id} is no longer listed by the scheduler and tasks {missing} left "
+                       f"no result file within {grace_s:.0f} s; last error: {error_line(tails)}")
+            raise JobFailed(summary, tails)
+        if deadline_s is not None and now - start > deadline_s:
+            raise JobFailed(f"job {job_id} did not finish within {deadline_s:.0f} s", log_tails(tasks))
+        time.sleep(poll_s)

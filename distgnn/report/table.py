@@ -1,0 +1,90 @@
+"""The summary table: one row per (store, method, P, algorithm)."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pandas as pd
+
+from distgnn.report.load import Run
+
+#: Epoch-time components of metrics.jsonl, in stacking order; "other" is the rest of the epoch.
+SPLIT_KEYS = ("time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_allreduce_s")
+
+COLUMNS = ("store", "method", "num_parts", "algo", "replication_factor", "mean_epoch_time_s",
+           *SPLIT_KEYS, "time_other_s", "bytes_forward", "bytes_backward", "bytes_gradients",
+           "peak_rss_bytes", "best_val", "test_at_best_val", "final_test", "speedup_vs_p1",
+           "epochs", "slurm_job_id")
+
+
+def warmup_epochs(algo: str) -> int:
+    """Epochs left out of steady-state figures: the first 2r for cd-r and cd-r-orig (DESIGN 6)."""
+    match = re.fullmatch(r"cd-(\d+)(-orig)?", algo)
+    return 2 * int(match.group(1)) if match else 0
+
+
+def steady(run: Run) -> list[dict[str, Any]]:
+    """The steady-state epochs of a run (all of them when warm-up would leave none)."""
+    skip = warmup_epochs(run.key[3])
+    return run.epochs[skip:] or run.epochs
+
+
+def epoch_split(run: Run) -> dict[str, float]:
+    """Mean seconds per steady-state epoch of each component, and of the rest ("time_other_s")."""
+    epochs = steady(run)
+    split = {k: sum(float(e[k]) for e in epochs) / len(epochs) for k in SPLIT_KEYS}
+    total = sum(float(e["epoch_time_s"]) for e in epochs) / len(epochs)
+    split["time_other_s"] = max(0.0, total - sum(split.values()))
+    return split
+
+
+def summary_table(runs: list[Run]) -> pd.DataFrame:
+    """One row per run with the COLUMNS above.
+
+    ``speedup_vs_p1`` = the P = 1 run's mean epoch time (same store and algorithm; same method
+    when there is one) over this run's; empty when there is no P = 1 run.
+    """
+    rows = []
+    for run in runs:
+        s = run.summary
+        row = {k: s.get(k) for k in COLUMNS if k in s}
+        row.update(epoch_split(run))
+        rows.append(row)
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    speedups = []
+    for _, row in table.iterrows():
+        base = table[(table.store == row.store) & (table.algo == row.algo) & (table.num_parts == 1)]
+        same = base[base.method == row.method]
+        base = same if len(same) else base
+        speedups.append(float(base.mean_epoch_time_s.iloc[0]) / float(row.mean_epoch_time_s)
+                        if len(base) and row.mean_epoch_time_s else float("nan"))
+    table["speedup_vs_p1"] = speedups
+    return table.sort_values(["store", "method", "num_parts", "algo"]).reset_index(drop=True)
+
+
+def _mib(value: Any) -> str:
+    return "" if pd.isna(value) else f"{float(value) / 2**20:,.2f}"
+
+
+def markdown(table: pd.DataFrame) -> str:
+    """The table as GitHub Markdown, one section per store (times in ms, bytes in MiB)."""
+    lines = []
+    for store, part in table.groupby("store", sort=True):
+        lines += [f"# {store}", "",
+                  "Per epoch, steady state (cd-r leaves out its first 2r epochs). Times in ms "
+                  "(max over ranks), bytes in MiB (sum over ranks), peak memory of the largest "
+                  "rank; speedup = epoch time of P = 1 over this one.", "",
+                  "| method | P | algo | repl. factor | epoch ms | aggregate | exchange wait | dense "
+                  "| allreduce | other | fwd MiB | bwd MiB | grad MiB | peak RSS MiB | best val "
+                  "| test @ best val | speedup |",
+                  "|" + "---|" * 17]
+        for _, r in part.iterrows():
+            ms = [f"{1e3 * float(r[k]):.1f}" for k in ("mean_epoch_time_s", *SPLIT_KEYS, "time_other_s")]
+            lines.append(
+                f"| {r.method} | {r.num_parts} | {r.algo} | {float(r.replication_factor):.3f} | "
+                + " | ".join(ms)
+                + f" | {_mib(r.bytes_forward)} | {_mib(r.bytes_backward)} | {_mib(r.bytes_gradients)}"
+                f" | {_mib(r.peak_rss_bytes)} | {float(r.best_val):.4f} | {float(r.test_at_best_val):.4f}"
+                f" | {'' if pd.isna(r.speedup_vs_p1) else f'{r.speedup_vs_p1:.2f}x'} |")
+        lines.append("")
+    return "\n".join(lines)

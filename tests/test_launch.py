@@ -1,0 +1,122 @@
+"""distgnn launch: submitit jobs of P MPI ranks, locally (mpiexec) and on the local one-node Slurm."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import zarr
+
+from conftest import REPO
+from distgnn.cli import build_parser
+from distgnn.commands.launch import train_argv
+from distgnn.errors import DistgnnError
+from distgnn.launch import launch, load_preset, num_parts
+from distgnn.launch.tasks import MpiexecTask, RankTask, mpiexec_argv, with_resume
+
+PROBE = str(REPO / "tests" / "mpi_scripts" / "launch_probe.py")
+PRESETS = REPO / "cluster" / "submitit.yaml"
+
+
+def test_num_parts_reads_assignment_attrs(tmp_path):
+    group = zarr.open_group(str(tmp_path / "p" / "assignment.zarr"), mode="w")
+    group.attrs["P"] = 3
+    assert num_parts(tmp_path / "p") == 3
+    group.attrs["P"] = "3"
+    with pytest.raises(DistgnnError, match="assignment.zarr: attrs have no positive integer 'P'"):
+        num_parts(tmp_path / "p")
+    with pytest.raises(DistgnnError, match="nowhere/assignment.zarr: not a readable"):
+        num_parts(tmp_path / "nowhere")
+
+
+def test_presets_and_train_command(tmp_path):
+    for name in ("local", "debug", "slurm"):
+        assert isinstance(load_preset(name, PRESETS), dict)
+    with pytest.raises(DistgnnError, match="--preset nope: not in"):
+        load_preset("nope", PRESETS)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("x:\n  cpus: 2\n")
+    with pytest.raises(DistgnnError, match=r"preset 'x' has unknown keys \['cpus'\]"):
+        load_preset("x", bad)
+    args = build_parser().parse_args(["launch", "parts", "--algo", "cd-5", "--executor", "slurm",
+                                      "--epochs", "7", "--resume", "--out", "runs/x"])
+    argv = train_argv(args, threads=3)
+    assert argv[:2] == ["distgnn", "train"]
+    train = build_parser().parse_args(argv[1:])  # the real trainer's parser accepts it
+    assert (train.partdir, train.algo, train.epochs, train.threads) == ("parts", "cd-5", 7, 3)
+    assert train.out == "runs/x" and train.resume
+    # The checkpoint hook requeues the same command with --resume (once).
+    assert with_resume(["a", "--resume"]) == ["a", "--resume"]
+    resumed = RankTask(["distgnn", "train", "p"], 2).checkpoint().function
+    assert isinstance(resumed, RankTask) and resumed.argv[-1] == "--resume"
+    resumed = MpiexecTask(["distgnn", "train", "p"], 4, 1).checkpoint().function
+    assert resumed.argv[-1] == "--resume" and resumed.ranks == 4
+    oversub = mpiexec_argv(["x.py"], ranks=4, cores=2)
+    assert oversub[:3] == ["mpiexec", "-n", "4"] and "--oversubscribe" in oversub
+    assert "--oversubscribe" not in mpiexec_argv(["x.py"], ranks=2, cores=2)
+
+
+@pytest.mark.mpi
+def test_launch_local_runs_mpiexec(tmp_path):
+    out = tmp_path / "probe.json"
+    result = launch([PROBE, str(out)], 3, "local", load_preset("local", PRESETS), tmp_path / "logs")
+    records = json.loads(out.read_text())
+    assert [r["rank"] for r in records] == [0, 1, 2]
+    assert {r["size"] for r in records} == {3} and records[0]["sum"] == 3
+    assert {r["omp_proc_bind"] for r in records} == {"close"}
+    assert (result.folder / f"{result.job_id}_0_log.out").exists()
+
+
+@pytest.mark.mpi
+def test_launch_local_failing_rank(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DISTGNN_TEST_FAIL_RANK", "1")
+    start = time.monotonic()
+    with pytest.raises(DistgnnError, match="RuntimeError: probe failure on rank 1"):
+        launch([PROBE, str(tmp_path / "x.json")], 2, "local", load_preset("local", PRESETS),
+               tmp_path / "logs")
+    assert time.monotonic() - start < 60
+    assert "probe failure on rank 1" in capsys.readouterr().err
+
+
+@pytest.mark.slurm
+def test_launch_slurm_ranks(local_slurm, tmp_path):
+    out = tmp_path / "probe.json"
+    preset = load_preset("slurm", PRESETS)
+    result = launch([PROBE, str(out)], 2, "slurm", preset, tmp_path / "logs")
+    records = json.loads(out.read_text())
+    assert [r["rank"] for r in records] == [0, 1] and records[0]["sum"] == 1
+    assert {r["slurm_job_id"] for r in records} == {result.job_id}
+    assert {r["omp_num_threads"] for r in records} == {str(preset["cpus_per_task"])}
+    # --cpu-bind=cores: each rank pinned to its own core(s).
+    assert not set(records[0]["affinity"]) & set(records[1]["affinity"])
+    script = (result.folder / f"{result.job_id}_submission.sh").read_text()
+    assert "--mpi=pmix" in script and "--kill-on-bad-exit=1" in script and "--ntasks-per-node=2" in script
+
+
+@pytest.mark.slurm
+def test_launch_slurm_failing_rank(local_slurm, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DISTGNN_TEST_FAIL_RANK", "1")
+    start = time.monotonic()
+    with pytest.raises(DistgnnError, match="task 1: RuntimeError: probe failure on rank 1"):
+        launch([PROBE, str(tmp_path / "x.json")], 2, "slurm", load_preset("slurm", PRESETS),
+               tmp_path / "logs")
+    assert time.monotonic() - start < 60
+    assert "probe failure on rank 1" in capsys.readouterr().err
+
+
+@pytest.mark.slurm
+def test_launch_slurm_job_that_vanishes(local_slurm, tmp_path, capsys):
+    # A rank that dies without submitit writing a result (as an abort in MPI_Init would): the
+    # job leaves squeue and the launcher reports it with the log's tail instead of waiting forever.
+    script = tmp_path / "die.py"
+    script.write_text("import os, sys\nprint('dying on purpose', file=sys.stderr, flush=True)\n"
+                      "os._exit(3)\n")
+    start = time.monotonic()
+    with pytest.raises(DistgnnError, match=r"no longer listed by the scheduler .* dying on purpose"):
+        launch([str(script)], 2, "slurm", load_preset("slurm", PRESETS), tmp_path / "logs", grace_s=3)
+    assert time.monotonic() - start < 60
+    assert "dying on purpose" in capsys.readouterr().err

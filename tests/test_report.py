@@ -1,0 +1,140 @@
+"""distgnn report: tables and plots from summary.json / metrics.jsonl files written here."""
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from distgnn.cli import main
+from distgnn.errors import DistgnnError
+from distgnn.report import make_report
+from distgnn.report.table import warmup_epochs
+
+STORE = "synth-reddit-x0.01"
+
+
+def write_run(root: Path, method: str, parts: int, algo: str, epochs: int = 8,
+              rng: np.random.Generator | None = None) -> dict:
+    """A run folder with realistic values and every DESIGN 6 key; returns the summary."""
+    rng = rng or np.random.default_rng(parts * 100 + len(algo))
+    run = root / f"{method}-{parts}" / algo  # the report must not parse this path
+    run.mkdir(parents=True)
+    exchange = 0.0 if algo == "0c" or parts == 1 else (0.004 if algo == "cd-0" else 0.001)
+    lines, best_val, test_at_best = [], -1.0, None
+    for e in range(epochs):
+        agg, dense, allr = 0.020 / parts, 0.030 / parts, 0.002 * (parts > 1)
+        t = agg + dense + allr + exchange + 0.003 + rng.uniform(0, 0.002)
+        val = 0.5 + 0.4 * (1 - np.exp(-e / 3)) - 0.02 * (algo == "0c")
+        test = val - 0.01
+        if val > best_val:
+            best_val, test_at_best = val, test
+        lines.append({"epoch": e, "loss": float(2.0 * np.exp(-e / 4)), "epoch_time_s": t,
+                      "time_aggregate_s": agg, "time_exchange_wait_s": exchange,
+                      "time_dense_s": dense, "time_allreduce_s": allr,
+                      "bytes_forward": 0 if algo == "0c" else 40_000 * parts,
+                      "bytes_backward": 40_000 * parts if algo == "cd-0" else 0,
+                      "bytes_gradients": 180_000 * (parts > 1),
+                      "peak_rss_bytes": 300_000_000 + 1_000_000 * e,
+                      "train": val + 0.05, "val": val, "test": test})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    skip = warmup_epochs(algo)
+    steady = lines[skip:]
+    summary = {
+        "store": STORE, "method": method, "num_parts": parts, "algo": algo, "epochs": epochs,
+        "hyperparameters": {"layers": 2, "hidden": 16, "lr": 0.01, "dropout": 0.5},
+        "seeds": {"model": 0, "partition": 0}, "versions": {"distgnn": "0.1.0", "torch": "2.13.0"},
+        "git_commit": "0123abc", "slurm_job_id": None, "partition_dir": f"partitions/{STORE}/{method}-{parts}",
+        "replication_factor": 1.0 + 0.3 * np.log2(parts) * (1.2 if method == "random" else 1.0),
+        "mean_epoch_time_s": float(np.mean([x["epoch_time_s"] for x in steady])),
+        "best_val": best_val, "test_at_best_val": test_at_best, "final_test": lines[-1]["test"],
+        "bytes_forward": float(np.mean([x["bytes_forward"] for x in steady])),
+        "bytes_backward": float(np.mean([x["bytes_backward"] for x in steady])),
+        "bytes_gradients": float(np.mean([x["bytes_gradients"] for x in steady])),
+        "peak_rss_bytes": max(x["peak_rss_bytes"] for x in lines),
+    }
+    (run / "summary.json").write_text(json.dumps(summary))
+    return summary
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height of a PNG, checking its signature and the CRC of every chunk."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    pos, chunks = 8, []
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        assert zlib.crc32(kind + body) == crc, f"{path}: bad CRC in {kind!r}"
+        chunks.append(kind)
+        pos += 12 + length
+    assert chunks[0] == b"IHDR" and chunks[-1] == b"IEND" and b"IDAT" in chunks
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> tuple[Path, dict]:
+    root = tmp_path / "runs" / "anything"
+    summaries = {}
+    for method in ("libra", "random"):
+        for parts in (1, 2, 4):
+            for algo in ("cd-0", "cd-2", "0c"):
+                summaries[(method, parts, algo)] = write_run(root, method, parts, algo)
+    return root, summaries
+
+
+def test_report_tables_and_plots(runs, tmp_path):
+    root, summaries = runs
+    out = tmp_path / "reports" / STORE
+    assert main(["report", "--runs", str(root), "--out", str(out), "--quiet"]) == 0
+    table = pd.read_csv(out / "summary.csv")
+    assert len(table) == len(summaries)
+    for _, row in table.iterrows():
+        s = summaries[(row.method, row.num_parts, row.algo)]
+        assert row.store == STORE
+        for key in ("replication_factor", "mean_epoch_time_s", "best_val", "test_at_best_val",
+                    "bytes_forward", "bytes_backward", "bytes_gradients", "peak_rss_bytes"):
+            assert row[key] == pytest.approx(s[key]), key
+        base = summaries[(row.method, 1, row.algo)]["mean_epoch_time_s"]
+        assert row.speedup_vs_p1 == pytest.approx(base / s["mean_epoch_time_s"])
+        split = row[["time_aggregate_s", "time_exchange_wait_s", "time_dense_s",
+                     "time_allreduce_s", "time_other_s"]].sum()
+        assert split == pytest.approx(s["mean_epoch_time_s"], rel=1e-6)
+    md = (out / "summary.md").read_text()
+    assert f"# {STORE}" in md and md.count("| libra |") == 9 and md.count("| random |") == 9
+    for name in ("epoch_time.png", "test_vs_epoch.png", "test_vs_time.png", "replication.png"):
+        width, height = png_size(out / name)
+        assert width > 200 and height > 200, name
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], "temporary files left behind"
+
+
+def test_report_reads_provenance_not_paths(tmp_path):
+    root = tmp_path / "runs"
+    s = write_run(root, "libra", 2, "cd-0")
+    # Move the run to a misleading folder: the table must still say libra, P = 2, cd-0.
+    (root / "libra-2" / "cd-0").rename(root / "hash-8")
+    make_report(root, tmp_path / "out")
+    row = pd.read_csv(tmp_path / "out" / "summary.csv").iloc[0]
+    assert (row.method, row.num_parts, row.algo) == ("libra", 2, "cd-0")
+    assert np.isnan(row.speedup_vs_p1)  # no P = 1 run to compare with
+    assert row.mean_epoch_time_s == pytest.approx(s["mean_epoch_time_s"])
+
+
+def test_report_refuses_incomplete_runs(tmp_path):
+    root = tmp_path / "runs"
+    write_run(root, "libra", 2, "cd-0")
+    summary_path = root / "libra-2" / "cd-0" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    del summary["replication_factor"]
+    summary_path.write_text(json.dumps(summary))
+    with pytest.raises(DistgnnError, match="summary.json: missing keys replication_factor"):
+        make_report(root, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DistgnnError, match="no summary.json"):
+        make_report(tmp_path / "empty", tmp_path / "out")

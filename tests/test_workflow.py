@@ -1,0 +1,163 @@
+"""The Snakemake workflow: lint, dry run, config validation, real runs (local profile and Slurm)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO
+
+TINY = REPO / "tests" / "data" / "workflow_tiny.yaml"
+#: Options only the local test cluster needs (no accounting: poll with squeue, and soon).
+SLURM_TEST_OPTIONS = ["--slurm-status-command", "squeue",
+                      "--slurm-init-seconds-before-status-checks", "1"]
+
+
+def snakemake(*args: str, cwd: Path = REPO, env: dict | None = None,
+              timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run snakemake (this Python's) with the venv's ``distgnn`` first on PATH."""
+    full_env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+                **(env or {})}
+    return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def job_stats(output: str) -> dict[str, int]:
+    """The "Job stats" table snakemake prints: rule -> number of jobs (without the total)."""
+    table = output[output.index("Job stats:"):]
+    return {m.group(1): int(m.group(2))
+            for m in re.finditer(r"^(\w+)\s+(\d+)$", table, flags=re.M) if m.group(1) != "total"}
+
+
+def workdir(tmp: Path, config: dict) -> Path:
+    """A copy of the workflow (Snakefile, rules, schema, profiles) with ``config`` as its config."""
+    for name in ("Snakefile", "workflow", "cluster"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / name)
+    (tmp / "config").mkdir()
+    (tmp / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    return tmp
+
+
+def tiny(**changes) -> dict:
+    config = yaml.safe_load(TINY.read_text())
+    for section, values in changes.items():
+        config[section].update(values)
+    return config
+
+
+def test_lint_is_clean():
+    proc = snakemake("--lint")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Lints for" not in proc.stdout + proc.stderr
+
+
+def test_dry_run_of_default_config_lists_the_jobs():
+    proc = snakemake("-n", "-p")
+    assert proc.returncode == 0, proc.stderr
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    parts, methods = config["partition"]["parts"], config["partition"]["methods"]
+    algos, stores = config["train"]["algos"], len(config["datasets"])
+    assert job_stats(proc.stdout) == {
+        "fetch": stores, "assign": stores * len(methods) * len(parts),
+        "build": stores * len(methods) * sum(parts),
+        "train": stores * len(methods) * len(parts) * len(algos), "report": stores, "all": 1}
+    # The default experiment of the issue: cd-0, cd-5, 0c on 1, 2, 4 partitions of a small twin.
+    assert set(algos) == {"cd-0", "cd-5", "0c"} and parts == [1, 2, 4]
+    assert "distgnn launch partitions/synth-reddit-x0.01/libra-4 --algo cd-5" in proc.stdout
+    assert "--executor local" in proc.stdout
+
+
+@pytest.mark.parametrize("section,key,value", [("train", "epochs", "three"),
+                                                ("partition", "bogus", 1),
+                                                ("train", "algos", ["cd-zero"])])
+def test_invalid_config_is_refused_before_any_job(tmp_path, section, key, value):
+    config = tiny()
+    config[section][key] = value
+    wd = workdir(tmp_path, config)
+    proc = snakemake("-c1", cwd=wd)
+    assert proc.returncode != 0
+    assert "Error validating config file" in proc.stderr
+    assert f"'{key}'" in proc.stderr or f"['{key}']" in proc.stderr
+    assert not (wd / "data").exists() and not (wd / "logs").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_tiny_local_run_then_epochs_change_reruns_train_and_report(tmp_path):
+    wd = workdir(tmp_path, tiny(partition={"parts": [1, 2]}, train={"algos": ["cd-0"], "epochs": 2}))
+    proc = snakemake("--profile", "cluster/local", cwd=wd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert job_stats(proc.stderr + proc.stdout) == {"fetch": 1, "assign": 2, "build": 3, "train": 2,
+                                                    "report": 1, "all": 1}
+    report = wd / "reports" / "synth-reddit-x0.01"
+    for name in ("summary.md", "epoch_time.png", "test_vs_epoch.png", "test_vs_time.png",
+                 "replication.png"):
+        assert (report / name).stat().st_size > 0, name
+    table = pd.read_csv(report / "summary.csv")
+    assert sorted(table.num_parts) == [1, 2] and set(table.epochs) == {2}
+    summary = json.loads((wd / "runs/synth-reddit-x0.01/libra-2/cd-0/summary.json").read_text())
+    assert summary["num_parts"] == 2 and summary["slurm_job_id"] is None
+    # A log per job, and the launcher's submitit folder under logs/.
+    assert (wd / "logs/train/synth-reddit-x0.01/libra-2/cd-0.log").exists()
+    assert list((wd / "logs/submitit/synth-reddit-x0.01/libra-2/cd-0").glob("*/*_0_log.out"))
+
+    config = yaml.safe_load((wd / "config" / "config.yaml").read_text())
+    config["train"]["epochs"] = 3
+    (wd / "config" / "config.yaml").write_text(yaml.safe_dump(config))
+    proc = snakemake("--profile", "cluster/local", cwd=wd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert job_stats(proc.stderr + proc.stdout) == {"train": 2, "report": 1, "all": 1}
+    assert set(pd.read_csv(report / "summary.csv").epochs) == {3}
+
+
+@pytest.fixture(scope="module")
+def slurm_workdir(local_slurm, tmp_path_factory):
+    """The tiny config (P = 2, cd-0) run once through the Slurm profile on the local Slurm."""
+    wd = workdir(tmp_path_factory.mktemp("slurm"), tiny(partition={"parts": [2]},
+                                                        train={"algos": ["cd-0"], "epochs": 2}))
+    proc = snakemake("--profile", "cluster/slurm", *SLURM_TEST_OPTIONS, cwd=wd)
+    return wd, proc
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_tiny_slurm_run(slurm_workdir):
+    wd, proc = slurm_workdir
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    # fetch, assign, build and report went through the executor plugin as Slurm jobs...
+    assert len(re.findall(r"has been submitted with SLURM jobid", out)) == 1 + 1 + 2 + 1
+    # ... and train was a local rule that submitted one submitit Slurm job of 2 ranks.
+    summary = json.loads((wd / "runs/synth-reddit-x0.01/libra-2/cd-0/summary.json").read_text())
+    assert summary["num_parts"] == 2
+    log = (wd / "logs/train/synth-reddit-x0.01/libra-2/cd-0.log").read_text()
+    submitted = re.search(r"submitted slurm job (\d+) \(2 ranks\)", log)
+    assert submitted and str(summary["slurm_job_id"]) == submitted.group(1)
+    folder = wd / "logs/submitit/synth-reddit-x0.01/libra-2/cd-0" / submitted.group(1)
+    assert (folder / f"{submitted.group(1)}_1_log.out").exists()  # the second rank's log
+    assert (wd / "reports/synth-reddit-x0.01/summary.csv").exists()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_slurm_failing_rank_fails_the_workflow_quickly(slurm_workdir):
+    wd, first = slurm_workdir
+    assert first.returncode == 0
+    start = time.monotonic()
+    proc = snakemake("--profile", "cluster/slurm", *SLURM_TEST_OPTIONS, "--forcerun", "train",
+                     cwd=wd, env={"DISTGNN_TEST_FAIL_RANK": "1"}, timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 0
+    assert elapsed < 60, f"took {elapsed:.0f} s"
+    log = (wd / "logs/train/synth-reddit-x0.01/libra-2/cd-0.log").read_text()
+    assert "rank 1" in log and "injected failure (DISTGNN_TEST_FAIL_RANK=1)" in log

@@ -1,0 +1,59 @@
+# Helpers shared by all stages: store names, target lists, command-line options.
+from distgnn.data.graph_store import store_name
+from distgnn.report.make import REPORT_FILES  # the files every report writes
+
+
+def datasets_by_store():
+    """Store name (DESIGN 2: dataset[-x<scale>][-seed<N>], or `name`) -> its dataset entry."""
+    return {
+        store_name(d["dataset"], d.get("scale", 1.0), d.get("seed", 0), d.get("name")): d
+        for d in config["datasets"]
+    }
+
+
+def dataset_of(wildcards):
+    return datasets_by_store()[wildcards.store]
+
+
+def fetch_options(wildcards):
+    """`distgnn fetch` options of a store's dataset entry."""
+    d = dataset_of(wildcards)
+    opts = f"--scale {d.get('scale', 1.0)} --seed {d.get('seed', 0)}"
+    if d.get("source"):
+        opts += f" --source {d['source']}"
+    if d.get("undirected", False):
+        opts += " --undirected"
+    return opts
+
+
+def part_dir(wildcards):
+    return f"partitions/{wildcards.store}/{wildcards.method}-{wildcards.P}"
+
+
+def part_stores(wildcards):
+    """Every part_<k>.zarr of one partition folder (one build job each)."""
+    return [f"{part_dir(wildcards)}/part_{k}.zarr" for k in range(int(wildcards.P))]
+
+
+def train_options():
+    """`distgnn train` options from config['train'] (the experiment's model and schedule)."""
+    t = config["train"]
+    flags = ["epochs", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
+             "eval_every", "checkpoint_every"]
+    return " ".join(f"--{f.replace('_', '-')} {t[f]}" for f in flags if f in t)
+
+
+def run_files(store, method, P, algo):
+    return [f"runs/{store}/{method}-{P}/{algo}/{name}"
+            for name in ("metrics.jsonl", "summary.json", "model.pt")]
+
+
+def store_runs(wildcards):
+    """Every run of one store: methods x partition counts x algorithms."""
+    return [f for method in config["partition"]["methods"] for P in config["partition"]["parts"]
+            for algo in config["train"]["algos"]
+            for f in run_files(wildcards.store, method, P, algo)]
+
+
+def all_reports():
+    return [f"reports/{store}/{name}" for store in datasets_by_store() for name in REPORT_FILES]

@@ -1,0 +1,31 @@
+# train: a local rule that submits `distgnn train` through submitit (`distgnn launch`) and waits.
+# Locally: one submitit task running `mpiexec -n P`; with cluster/slurm: one Slurm job of P tasks
+# (chosen by the resources launch_executor and submitit_preset, which the profiles set).
+
+
+rule train:
+    input:
+        assignment="partitions/{store}/{method}-{P}/assignment.zarr",
+        parts=part_stores,
+    output:
+        metrics="runs/{store}/{method}-{P}/{algo}/metrics.jsonl",
+        summary="runs/{store}/{method}-{P}/{algo}/summary.json",
+        model="runs/{store}/{method}-{P}/{algo}/model.pt",
+    conda:
+        "../envs/distgnn.yaml"
+    log:
+        "logs/train/{store}/{method}-{P}/{algo}.log",
+    params:
+        partdir=part_dir,
+        rundir=lambda wildcards, output: os.path.dirname(output.summary),
+        options=train_options(),
+        submitit="logs/submitit/{store}/{method}-{P}/{algo}",
+    # Locally the P ranks share the cores: reserve them so trains do not overlap.
+    threads: lambda wildcards: int(wildcards.P)
+    resources:
+        launch_executor="local",
+        submitit_preset="local",
+    shell:
+        "distgnn launch {params.partdir} --algo {wildcards.algo}"
+        " --executor {resources.launch_executor} --preset {resources.submitit_preset}"
+        " --log-dir {params.submitit} --out {params.rundir} {params.options} > {log} 2>&1"
