@@ -12,7 +12,7 @@ import submitit
 
 from distgnn.errors import DistgnnError
 from distgnn.launch.tasks import MpiexecTask, RankTask
-from distgnn.launch.watch import JobFailed, squeue_active, wait_for_tasks
+from distgnn.launch.watch import JobFailed, LogFollower, squeue_active, wait_for_tasks
 
 EXECUTORS = ("local", "slurm", "debug")
 
@@ -105,8 +105,10 @@ def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], f
         if executor == "debug":
             results = [job.result()]  # the debug executor runs the task here, now
         else:
+            # Relay rank 0's output (progress bars, per-epoch lines) into our own log, live.
+            follow = LogFollower([tasks[0].paths.stdout, tasks[0].paths.stderr], sys.stderr)
             results = wait_for_tasks(tasks, str(job.job_id), is_active, grace_s=grace,
-                                     deadline_s=deadline_s)
+                                     deadline_s=deadline_s, follow=follow)
     except JobFailed as exc:
         job.cancel(check=False)  # the other ranks may still be alive
         print(exc.details, file=sys.stderr, flush=True)

@@ -93,20 +93,44 @@ def read_outcome(path: Path) -> tuple[str, Any] | None:
     return ("error", f"unreadable result file {path}")
 
 
+class LogFollower:
+    """Copies what a task appends to its log files to a stream (progress of rank 0, live)."""
+
+    def __init__(self, paths: list[Path], stream: Any) -> None:
+        self.offsets = {p: 0 for p in paths}
+        self.stream = stream
+
+    def poll(self) -> None:
+        for path, offset in self.offsets.items():
+            try:
+                with path.open("rb") as fh:
+                    fh.seek(offset)
+                    data = fh.read()
+            except OSError:
+                continue
+            if data:
+                self.offsets[path] = offset + len(data)
+                self.stream.write(data.decode(errors="replace"))
+                self.stream.flush()
+
+
 def wait_for_tasks(tasks: list[Any], job_id: str, is_active: Callable[[], bool], *,
                    grace_s: float = 30.0, poll_s: float = 1.0,
-                   deadline_s: float | None = None) -> list[Any]:
+                   deadline_s: float | None = None, follow: LogFollower | None = None) -> list[Any]:
     """Wait until every task of job ``job_id`` wrote a successful result, and return the results.
 
     ``tasks`` are submitit jobs (one per task, with ``.paths``); ``is_active()`` tells whether the
     scheduler still runs or queues the job. Raises ``JobFailed`` as soon as one task reports an
     error (its traceback first, then every task's log tail), when the job is no longer active and
     some result is still missing ``grace_s`` seconds later, or after ``deadline_s`` seconds.
+    ``follow``, if given, is polled every round (to relay a task's log as it grows).
     """
     start = time.monotonic()
     inactive_since: float | None = None
     last_check = -1e9
     while True:
+        if follow is not None:
+            follow.poll()
         outcomes = [read_outcome(t.paths.result_pickle) for t in tasks]
         errors = [(i, o[1]) for i, o in enumerate(outcomes) if o is not None and o[0] != "success"]
         if errors:
