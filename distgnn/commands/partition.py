@@ -13,7 +13,7 @@ import argparse
 import time
 
 from distgnn.errors import DistgnnError
-from distgnn.partition.layout import METHODS
+from distgnn.partition.layout import METHODS, ORDERS
 from distgnn.progress import set_quiet
 
 STAGES = ("assign", "build")
@@ -30,7 +30,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", nargs="?", help=argparse.SUPPRESS)
     p.add_argument("--parts", type=int, help="number of partitions P")
     p.add_argument("--method", default="libra", help=f"one of {', '.join(METHODS)} (default: libra)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the tie-breaking rule (default: 0)")
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the tie-breaking rule and of the shuffled order (default: 0)")
+    p.add_argument("--order", choices=ORDERS,
+                   help="edge stream of libra/hdrf: the store's CSR order or a seeded shuffle "
+                        "(default: store for libra, shuffle for hdrf)")
     p.add_argument("--out", help="partition folder (default: partitions/<store>/<method>-<P>)")
     p.add_argument("--part", type=int, help="build: the partition K to build")
     p.add_argument("--threads", type=int, default=0, help="native threads (default: all)")
@@ -43,6 +47,7 @@ def _print_assignment(out, attrs) -> None:
     from distgnn.partition.quality import format_quality, part_table
 
     print(f"{out}/assignment.zarr: {attrs['method']} P={attrs['P']} seed={attrs['seed']} "
+          f"order={attrs['order']} "
           f"({attrs['assign_seconds']:.2f} s assign)")
     print(format_quality(attrs))
     print(part_table(attrs))
@@ -70,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from distgnn.partition.assign import assign_graph
 
     out, attrs = assign_graph(path, args.parts, args.method, args.seed, args.out, args.threads,
-                              overwrite=args.force)
+                              overwrite=args.force, order=args.order)
     _print_assignment(out, attrs)
     if stage is None:
         from distgnn.partition.build import build_all

@@ -66,7 +66,8 @@ def fetch(dataset: str, *, root: str | Path = "data", source: str | Path | None 
         return target
     graph = open_source(dataset, source=source, download_dir=target.parent / "raw",
                         scale=scale, seed=seed, undirected=undirected)
-    if undirected and dataset not in ("npy",) and not graph.add_reverse:
+    # sources already stored in both directions (directed=False) must not get a second copy
+    if undirected and dataset not in ("npy",) and graph.directed:
         graph.add_reverse = True
         graph.directed = False
     return write_graph_store(graph, target, overwrite=force, budget=budget, threads=threads)

@@ -7,7 +7,6 @@ chunks, so peak memory is the structure arrays plus two chunks, whatever the fea
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,7 +120,6 @@ def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = Tru
     P = inp.attrs["P"]
     if not 0 <= k < P:
         raise DistgnnError(f"--part: expected 0 <= K < {P}, got {k}")
-    start = time.perf_counter()
     l2g = layout.members(inp.replicas, k)
     indptr, indices = local_csr(inp, k, l2g, threads)
     n_k, m_k = len(l2g), len(indices)
@@ -169,7 +167,6 @@ def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = Tru
             "num_train": counts["train"], "num_val": counts["val"], "num_test": counts["test"],
             "feat_dim": graph_attrs["feat_dim"], "num_classes": graph_attrs["num_classes"],
             "multilabel": graph_attrs["multilabel"],
-            "build_seconds": round(time.perf_counter() - start, 3),
         }
         attrs["checksum"] = combine_digests(digests)
         return target.commit(attrs)

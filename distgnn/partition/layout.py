@@ -6,11 +6,22 @@ from pathlib import Path
 import numpy as np
 
 METHODS = ("libra", "hdrf", "random", "hash")
+#: methods that stream the edges in an order (random and hash do not depend on it)
+STREAMED = ("libra", "hdrf")
+#: edge orders: the store's CSR order, or a seeded uniform permutation of the edges
+ORDERS = ("store", "shuffle")
 ASSIGNMENT = "assignment.zarr"
 MASKS = ("train_mask", "val_mask", "test_mask")
 FORMAT_VERSION = 1
 #: HDRF balance weight (lambda in Petroni et al.); 1 is the paper's default.
 HDRF_LAMBDA = 1.0
+
+
+def default_order(method: str) -> str:
+    """libra streams in store order (DGL's order for the same graph); hdrf in a seeded shuffle,
+    the setting it was designed for (on a destination-grouped stream it replicates about as much
+    as libra)."""
+    return "shuffle" if method == "hdrf" else "store"
 
 
 def part_name(k: int) -> str:
@@ -43,7 +54,7 @@ def members(replicas: np.ndarray, k: int) -> np.ndarray:
 def replica_counts(replicas: np.ndarray) -> np.ndarray:
     """Replicas per vertex (int64 [N]) from the bitsets [N, W]."""
     counts = np.zeros(replicas.shape[0], dtype=np.int64)
-    as_bytes = replicas.view(np.uint8).reshape(replicas.shape[0], -1)
+    as_bytes = np.ascontiguousarray(replicas).view(np.uint8).reshape(replicas.shape[0], 8 * replicas.shape[1])
     table = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
     for col in range(as_bytes.shape[1]):
         counts += table[as_bytes[:, col]]

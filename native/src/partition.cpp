@@ -16,42 +16,63 @@ using Vec = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 namespace {
 
-void check_graph(int64_t indptr_len, int64_t m) {
-  if (indptr_len < 1) throw std::invalid_argument("indptr must have N + 1 >= 1 entries");
-  (void)m;
+template <typename Placer, typename Index, typename Part>
+void run_stream(Placer& placer, const int64_t* indptr, const Index* indices, int64_t n, int64_t m,
+                const std::string& order, uint64_t seed, Part* edge_part) {
+  if (order == "store") {
+    dp::stream_store(placer, indptr, indices, n, edge_part);
+    return;
+  }
+  // shuffle: a permutation (uint32 when it fits) and the destination of every edge
+  std::vector<Index> dst(static_cast<size_t>(m));
+  for (int64_t v = 0; v < n; ++v)
+    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) dst[e] = static_cast<Index>(v);
+  if (m < (int64_t{1} << 32)) {
+    std::vector<uint32_t> perm(static_cast<size_t>(m));
+    dp::seeded_permutation(perm.data(), m, seed);
+    dp::stream_order(placer, perm.data(), dst.data(), indices, m, edge_part);
+  } else {
+    std::vector<int64_t> perm(static_cast<size_t>(m));
+    dp::seeded_permutation(perm.data(), m, seed);
+    dp::stream_order(placer, perm.data(), dst.data(), indices, m, edge_part);
+  }
 }
 
 template <typename Index, typename Part>
 void assign(Vec<const int64_t> indptr, Vec<const Index> indices, int P, const std::string& method,
-            uint64_t seed, Vec<const int64_t> degree, Vec<Part> edge_part, Vec<uint64_t> bits,
-            Vec<int64_t> loads, double hdrf_lambda, int threads) {
+            const std::string& order, uint64_t seed, Vec<const int64_t> degree, Vec<Part> edge_part,
+            Vec<uint64_t> bits, Vec<int64_t> loads, double hdrf_lambda, int threads) {
   const int64_t n = static_cast<int64_t>(indptr.shape(0)) - 1;
-  check_graph(static_cast<int64_t>(indptr.shape(0)), static_cast<int64_t>(indices.shape(0)));
+  const int64_t m = static_cast<int64_t>(indices.shape(0));
+  if (n < 0) throw std::invalid_argument("indptr must have N + 1 >= 1 entries");
   if (P < 1) throw std::invalid_argument("P must be >= 1");
   const int64_t words = (P + 63) / 64;
   if (static_cast<int64_t>(bits.shape(0)) != n * words)
     throw std::invalid_argument("bits must have N * ceil(P / 64) words");
-  if (edge_part.shape(0) != indices.shape(0))
+  if (static_cast<int64_t>(edge_part.shape(0)) != m)
     throw std::invalid_argument("edge_part must have one entry per edge");
   if (static_cast<int64_t>(degree.shape(0)) != n) throw std::invalid_argument("degree must have N entries");
   if (static_cast<int64_t>(loads.shape(0)) != P) throw std::invalid_argument("loads must have P entries");
-  int m = method == "libra" ? dp::kLibra : method == "hdrf" ? dp::kHdrf
-        : method == "random" ? dp::kRandom : method == "hash" ? dp::kHash : -1;
-  if (m < 0) throw std::invalid_argument("unknown method " + method);
+  if (order != "store" && order != "shuffle") throw std::invalid_argument("unknown order " + order);
+  int meth = method == "libra" ? dp::kLibra : method == "hdrf" ? dp::kHdrf
+           : method == "random" ? dp::kRandom : method == "hash" ? dp::kHash : -1;
+  if (meth < 0) throw std::invalid_argument("unknown method " + method);
   nb::gil_scoped_release release;
-  switch (m) {
-    case dp::kLibra:
-      dp::assign_libra(indptr.data(), indices.data(), n, P, seed, degree.data(), edge_part.data(),
-                       bits.data(), words, loads.data());
-      break;
-    case dp::kHdrf:
-      dp::assign_hdrf(indptr.data(), indices.data(), n, P, seed, degree.data(), hdrf_lambda,
-                      edge_part.data(), bits.data(), words, loads.data());
-      break;
-    default:
-      dp::assign_hashed(indptr.data(), indices.data(), n, P, seed, m == dp::kHash, edge_part.data(),
-                        bits.data(), words, loads.data(), threads);
+  if (meth == dp::kLibra) {
+    dp::Libra placer(P, seed, degree.data(), bits.data(), words, loads.data());
+    run_stream(placer, indptr.data(), indices.data(), n, m, order, seed, edge_part.data());
+  } else if (meth == dp::kHdrf) {
+    dp::Hdrf placer(P, seed, degree.data(), hdrf_lambda, bits.data(), words, loads.data());
+    run_stream(placer, indptr.data(), indices.data(), n, m, order, seed, edge_part.data());
+  } else {
+    dp::assign_hashed(indptr.data(), indices.data(), n, P, seed, meth == dp::kHash, edge_part.data(),
+                      bits.data(), words, loads.data(), threads);
   }
+}
+
+void permutation(Vec<uint32_t> perm, uint64_t seed) {
+  nb::gil_scoped_release release;
+  dp::seeded_permutation(perm.data(), static_cast<int64_t>(perm.shape(0)), seed);
 }
 
 void roots(Vec<uint64_t> bits, int P, nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu> train,
@@ -93,14 +114,16 @@ int64_t fill(Vec<const int64_t> indptr, Vec<const Index> indices, Vec<const Part
 
 void register_partition(nb::module_& m) {
   const char* assign_doc =
-      "partition_assign(indptr, indices, P, method, seed, degree, edge_part, bits, loads, "
+      "partition_assign(indptr, indices, P, method, order, seed, degree, edge_part, bits, loads, "
       "hdrf_lambda, threads): fill edge_part [E] (partition of each edge, store order), bits "
       "[N * ceil(P/64)] (replica bitsets, zeroed by the caller) and loads [P] (edges per part). "
-      "method: libra | hdrf | random | hash.";
+      "method: libra | hdrf | random | hash; order (libra, hdrf): store | shuffle.";
   m.def("partition_assign", &assign<int32_t, uint8_t>, assign_doc);
   m.def("partition_assign", &assign<int32_t, uint16_t>);
   m.def("partition_assign", &assign<int64_t, uint8_t>);
   m.def("partition_assign", &assign<int64_t, uint16_t>);
+  m.def("partition_permutation", &permutation,
+        "partition_permutation(perm, seed): the seeded edge order `shuffle` uses (uint32).");
   m.def("partition_roots", &roots,
         "partition_roots(bits, P, train, seed, root, roots, train_roots): choose each vertex's "
         "root partition (isolated vertices are placed on one); fills root [N] int32.");

@@ -2,8 +2,10 @@
 // edges go. Replica sets are bitsets: `words` uint64 per vertex (bit p of vertex v is word
 // v * words + p / 64, bit p % 64), so P <= 64 costs 8 bytes per vertex.
 //
-// Edge order (the stream every method sees): store order, i.e. the CSR by destination row by row
-// (v ascending; within a row the sources u ascending). Edge e is the e-th entry of `indices`.
+// Edge order (the stream libra and hdrf see): `store` order, i.e. the CSR by destination row by
+// row (v ascending; within a row the sources u ascending), or `shuffle`: a seeded uniform
+// permutation of the edge ids (seeded_permutation). Edge e is the e-th entry of `indices`; ties use
+// e, not the stream position.
 //
 // Ties (equal loads or equal scores) are broken by a seeded rule: among the c tied candidates in
 // ascending partition order, take number splitmix64(seed ^ (e * GOLDEN)) % c. So the output is a
@@ -81,93 +83,137 @@ inline bool has_bit(const uint64_t* s, int p) { return (s[p >> 6] >> (p & 63)) &
 //   A(u) & A(v) non-empty -> least-loaded common partition; disjoint -> least-loaded partition of
 //   the lower-degree endpoint (degree = in + out; ties -> u's set), the other endpoint gains a
 //   replica there. Load = edges assigned so far.
-// edge_part[E], bits[N * words] (zeroed by the caller), loads[P] (zeroed), degree[N].
-template <typename Index, typename Part>
-void assign_libra(const int64_t* indptr, const Index* indices, int64_t n, int P, uint64_t seed,
-                  const int64_t* degree, Part* edge_part, uint64_t* bits, int64_t words,
-                  int64_t* loads) {
-  std::vector<uint64_t> common(static_cast<size_t>(words));
-  for (int64_t v = 0; v < n; ++v) {
+struct Libra {
+  int P;
+  uint64_t seed;
+  const int64_t* degree;
+  uint64_t* bits;
+  int64_t words;
+  int64_t* loads;
+  std::vector<uint64_t> common;
+
+  Libra(int P_, uint64_t seed_, const int64_t* degree_, uint64_t* bits_, int64_t words_,
+        int64_t* loads_)
+      : P(P_), seed(seed_), degree(degree_), bits(bits_), words(words_), loads(loads_),
+        common(static_cast<size_t>(words_)) {}
+
+  int place(int64_t u, int64_t v, uint64_t e) {
+    uint64_t* au = bits + u * words;
     uint64_t* av = bits + v * words;
-    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
-      const int64_t u = static_cast<int64_t>(indices[e]);
-      uint64_t* au = bits + u * words;
-      const uint64_t r = tie_random(seed, static_cast<uint64_t>(e));
-      const bool has_u = any_bit(au, words), has_v = any_bit(av, words);
-      int c;
-      if (!has_u && !has_v) {
-        c = least_loaded_all(P, loads, r);
-      } else if (!has_v) {
-        c = least_loaded(au, words, loads, r);
-      } else if (!has_u) {
-        c = least_loaded(av, words, loads, r);
-      } else {
-        bool any_common = false;
-        for (int64_t w = 0; w < words; ++w) {
-          common[w] = au[w] & av[w];
-          any_common |= common[w] != 0;
-        }
-        if (any_common) {
-          c = least_loaded(common.data(), words, loads, r);
-        } else {
-          c = degree[u] <= degree[v] ? least_loaded(au, words, loads, r)
-                                     : least_loaded(av, words, loads, r);
-        }
+    const uint64_t r = tie_random(seed, e);
+    const bool has_u = any_bit(au, words), has_v = any_bit(av, words);
+    int c;
+    if (!has_u && !has_v) {
+      c = least_loaded_all(P, loads, r);
+    } else if (!has_v) {
+      c = least_loaded(au, words, loads, r);
+    } else if (!has_u) {
+      c = least_loaded(av, words, loads, r);
+    } else {
+      bool any_common = false;
+      for (int64_t w = 0; w < words; ++w) {
+        common[w] = au[w] & av[w];
+        any_common |= common[w] != 0;
       }
-      set_bit(au, c);
-      set_bit(av, c);
-      loads[c] += 1;
-      edge_part[e] = static_cast<Part>(c);
+      if (any_common) {
+        c = least_loaded(common.data(), words, loads, r);
+      } else {
+        c = degree[u] <= degree[v] ? least_loaded(au, words, loads, r)
+                                   : least_loaded(av, words, loads, r);
+      }
     }
+    set_bit(au, c);
+    set_bit(av, c);
+    loads[c] += 1;
+    return c;
   }
-}
+};
 
 // HDRF (Petroni et al., CIKM'15): edge (u, v) goes to argmax_p C_rep(p) + C_bal(p) with
 //   theta_u = d(u) / (d(u) + d(v)) (d = in + out degree, known in advance),
 //   C_rep(p) = [p in A(u)] (1 + (1 - theta_u)) + [p in A(v)] (1 + (1 - theta_v)),
 //   C_bal(p) = lambda (maxload - load(p)) / (epsilon + maxload - minload), epsilon = 1.
 // So the replica goes to the higher-degree endpoint, and lambda weighs balance against it.
-template <typename Index, typename Part>
-void assign_hdrf(const int64_t* indptr, const Index* indices, int64_t n, int P, uint64_t seed,
-                 const int64_t* degree, double lambda, Part* edge_part, uint64_t* bits,
-                 int64_t words, int64_t* loads) {
-  std::vector<double> score(static_cast<size_t>(P));
-  int64_t maxload = 0, minload = 0, at_min = P;
-  for (int64_t v = 0; v < n; ++v) {
+struct Hdrf {
+  int P;
+  uint64_t seed;
+  const int64_t* degree;
+  double lambda;
+  uint64_t* bits;
+  int64_t words;
+  int64_t* loads;
+  std::vector<double> score;
+  int64_t maxload = 0, minload = 0, at_min;
+
+  Hdrf(int P_, uint64_t seed_, const int64_t* degree_, double lambda_, uint64_t* bits_,
+       int64_t words_, int64_t* loads_)
+      : P(P_), seed(seed_), degree(degree_), lambda(lambda_), bits(bits_), words(words_),
+        loads(loads_), score(static_cast<size_t>(P_)), at_min(P_) {}
+
+  int place(int64_t u, int64_t v, uint64_t e) {
+    uint64_t* au = bits + u * words;
     uint64_t* av = bits + v * words;
-    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
-      const int64_t u = static_cast<int64_t>(indices[e]);
-      uint64_t* au = bits + u * words;
-      const double du = static_cast<double>(degree[u]), dv = static_cast<double>(degree[v]);
-      const double theta_u = du + dv > 0 ? du / (du + dv) : 0.5;
-      const double gu = 2.0 - theta_u, gv = 1.0 + theta_u;  // 1 + (1 - theta)
-      const double scale = lambda / (1.0 + static_cast<double>(maxload - minload));
-      double best = -1.0;
-      int64_t ties = 0;
-      for (int p = 0; p < P; ++p) {
-        double s = scale * static_cast<double>(maxload - loads[p]);
-        if (has_bit(au, p)) s += gu;
-        if (has_bit(av, p)) s += gv;
-        score[p] = s;
-        if (s > best) { best = s; ties = 1; } else if (s == best) { ++ties; }
-      }
-      int64_t pick = static_cast<int64_t>(tie_random(seed, static_cast<uint64_t>(e)) %
-                                          static_cast<uint64_t>(ties));
-      int c = 0;
-      for (int p = 0; p < P; ++p)
-        if (score[p] == best && pick-- == 0) { c = p; break; }
-      set_bit(au, c);
-      set_bit(av, c);
-      if (loads[c] == minload && --at_min == 0) {
-        // every partition that sat at the minimum has now grown by one
-        ++minload;
-        at_min = 0;
-        for (int p = 0; p < P; ++p) at_min += (p == c ? loads[p] + 1 : loads[p]) == minload;
-      }
-      loads[c] += 1;
-      maxload = std::max(maxload, loads[c]);
-      edge_part[e] = static_cast<Part>(c);
+    const double du = static_cast<double>(degree[u]), dv = static_cast<double>(degree[v]);
+    const double theta_u = du + dv > 0 ? du / (du + dv) : 0.5;
+    const double gu = 2.0 - theta_u, gv = 1.0 + theta_u;  // 1 + (1 - theta)
+    const double scale = lambda / (1.0 + static_cast<double>(maxload - minload));
+    double best = -1.0;
+    int64_t ties = 0;
+    for (int p = 0; p < P; ++p) {
+      double s = scale * static_cast<double>(maxload - loads[p]);
+      if (has_bit(au, p)) s += gu;
+      if (has_bit(av, p)) s += gv;
+      score[p] = s;
+      if (s > best) { best = s; ties = 1; } else if (s == best) { ++ties; }
     }
+    int64_t pick = static_cast<int64_t>(tie_random(seed, e) % static_cast<uint64_t>(ties));
+    int c = 0;
+    for (int p = 0; p < P; ++p)
+      if (score[p] == best && pick-- == 0) { c = p; break; }
+    set_bit(au, c);
+    set_bit(av, c);
+    if (loads[c] == minload && --at_min == 0) {
+      // every partition that sat at the minimum has now grown by one
+      ++minload;
+      for (int p = 0; p < P; ++p) at_min += (p == c ? loads[p] + 1 : loads[p]) == minload;
+    }
+    loads[c] += 1;
+    maxload = std::max(maxload, loads[c]);
+    return c;
+  }
+};
+
+// Stream every edge in store order (row v of the CSR by destination, sources ascending).
+template <typename Placer, typename Index, typename Part>
+void stream_store(Placer& placer, const int64_t* indptr, const Index* indices, int64_t n,
+                  Part* edge_part) {
+  for (int64_t v = 0; v < n; ++v)
+    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e)
+      edge_part[e] = static_cast<Part>(
+          placer.place(static_cast<int64_t>(indices[e]), v, static_cast<uint64_t>(e)));
+}
+
+// Stream the edges in the order perm[0], perm[1], ... (edge ids); dst[e] = destination of e.
+template <typename Placer, typename Index, typename Perm, typename Part>
+void stream_order(Placer& placer, const Perm* perm, const Index* dst, const Index* indices,
+                  int64_t m, Part* edge_part) {
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t e = static_cast<int64_t>(perm[i]);
+    edge_part[e] = static_cast<Part>(placer.place(static_cast<int64_t>(indices[e]),
+                                                  static_cast<int64_t>(dst[e]),
+                                                  static_cast<uint64_t>(e)));
+  }
+}
+
+// A seeded uniform permutation of [0, m) (Fisher-Yates driven by splitmix64).
+template <typename Perm>
+void seeded_permutation(Perm* perm, int64_t m, uint64_t seed) {
+  for (int64_t i = 0; i < m; ++i) perm[i] = static_cast<Perm>(i);
+  const uint64_t salt = splitmix64(seed ^ 0x6F72646572ULL);  // "order"
+  for (int64_t i = m - 1; i > 0; --i) {
+    const int64_t j = static_cast<int64_t>(splitmix64(salt ^ (static_cast<uint64_t>(i) * kGolden)) %
+                                           static_cast<uint64_t>(i + 1));
+    std::swap(perm[i], perm[j]);
   }
 }
 

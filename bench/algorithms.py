@@ -1,0 +1,122 @@
+"""Accuracy, epoch time and traffic of the delayed-update algorithms on a twin, side by side.
+
+    python -m bench.algorithms [--dataset synth-reddit] [--scale 0.05] [--parts 4] [--epochs 100]
+                               [--seeds 0 1 2] [--algos cd-0 cd-5 cd-5-orig 0c]
+
+Fetches the twin, partitions it with Libra into P parts, trains every algorithm for every seed
+(mpiexec -n P, threads per rank = cores / P) and prints one markdown table: mean test accuracy at
+the best validation epoch (± std over seeds), steady-state epoch time with its split, and bytes per
+epoch by kind. Checks: 0c loses >= 2 points to cd-0; cd-5 within 1 point of cd-0; cd-5's epoch time
+at most 1.1x 0c's. Exits non-zero when a check fails (unless --no-check).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def sh(*args: str, env: dict | None = None) -> None:
+    proc = subprocess.run([str(a) for a in args], env={**os.environ, **(env or {})},
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(map(str, args))}\n{proc.stderr[-3000:]}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dataset", default="synth-reddit")
+    parser.add_argument("--scale", type=float, default=0.05)
+    parser.add_argument("--parts", type=int, default=4)
+    parser.add_argument("--method", default="libra")
+    parser.add_argument("--epochs", type=int, default=100)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--algos", nargs="+", default=["cd-0", "cd-5", "cd-5-orig", "0c"])
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--dropout", type=float, default=0.5)
+    parser.add_argument("--work", default=None, help="work folder (default: a temp folder)")
+    parser.add_argument("--no-check", action="store_true")
+    args = parser.parse_args()
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-algorithms-"))
+    python = sys.executable
+    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OUTDATED_IGNORE": "1"}
+    from distgnn.data.fetch import fetch
+
+    graph = fetch(args.dataset, root=work / "data", scale=args.scale)
+    partdir = work / f"{args.method}-{args.parts}"
+    if not partdir.exists():
+        sh(python, "-m", "distgnn", "partition", graph, "--parts", str(args.parts), "--method",
+           args.method, "--out", partdir, "--quiet")
+    threads = max(1, (os.cpu_count() or 1) // args.parts)
+    results: dict[str, list[dict]] = {}
+    for algo in args.algos:
+        for seed in args.seeds:
+            run = work / "runs" / f"{algo}-seed{seed}"
+            if not (run / "summary.json").exists():
+                sh("mpiexec", "--oversubscribe", "-n", str(args.parts), python, "-m", "distgnn", "train",
+                   partdir, "--algo", algo, "--epochs", str(args.epochs), "--seed", str(seed),
+                   "--hidden", str(args.hidden), "--layers", str(args.layers), "--lr", str(args.lr),
+                   "--dropout", str(args.dropout), "--threads", str(threads), "--eval-every", "1",
+                   "--out", run, "--quiet", env={**env, "OMP_NUM_THREADS": str(threads)})
+            summary = json.loads((run / "summary.json").read_text())
+            lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+            steady = [l for l in lines if l["epoch"] >= summary["steady_state_from_epoch"]]
+            summary["split"] = {k: float(np.median([l[k] for l in steady])) for k in (
+                "epoch_time_s", "time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_allreduce_s")}
+            results.setdefault(algo, []).append(summary)
+
+    def stat(algo: str, key: str) -> tuple[float, float]:
+        values = [s[key] for s in results[algo]]
+        return float(np.mean(values)), float(np.std(values))
+
+    rf = results[args.algos[0]][0]["replication_factor"]
+    print(f"# Delayed-update algorithms: {args.dataset} --scale {args.scale:g}, {args.method} P={args.parts} "
+          f"(replication factor {rf:.3f}), {args.layers}-layer GraphSAGE hidden {args.hidden}, "
+          f"{args.epochs} epochs, seeds {args.seeds}, {threads} thread(s) per rank")
+    print(f"machine: {platform.node()}, {os.cpu_count()} cores; {datetime.date.today()}")
+    print()
+    print("| algo | test acc at best val (%) | epoch s (median, steady) | aggregate s | exchange wait s | dense s | allreduce s | fwd MB/epoch | bwd MB/epoch | grad MB/epoch |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for algo in args.algos:
+        acc, acc_std = stat(algo, "test_at_best_val")
+        split = {k: float(np.median([s["split"][k] for s in results[algo]])) for k in results[algo][0]["split"]}
+        mb = {k: stat(algo, k)[0] / 1e6 for k in ("bytes_forward", "bytes_backward", "bytes_gradients")}
+        print(f"| {algo} | {100 * acc:.2f} ± {100 * acc_std:.2f} | {split['epoch_time_s']:.4f} | "
+              f"{split['time_aggregate_s']:.4f} | {split['time_exchange_wait_s']:.4f} | {split['time_dense_s']:.4f} | "
+              f"{split['time_allreduce_s']:.4f} | {mb['bytes_forward']:.2f} | {mb['bytes_backward']:.2f} | "
+              f"{mb['bytes_gradients']:.3f} |")
+    failures = []
+    if {"cd-0", "0c"} <= results.keys():
+        gap = 100 * (stat("cd-0", "test_at_best_val")[0] - stat("0c", "test_at_best_val")[0])
+        print(f"\n0c loses {gap:.2f} points to cd-0 (target >= 2)")
+        if gap < 2:
+            failures.append("0c does not lose 2 points to cd-0")
+    if {"cd-0", "cd-5"} <= results.keys():
+        gap = 100 * abs(stat("cd-5", "test_at_best_val")[0] - stat("cd-0", "test_at_best_val")[0])
+        print(f"cd-5 is within {gap:.2f} points of cd-0 (target <= 1.0)")
+        if gap > 1.0:
+            failures.append("cd-5 is not within 1 point of cd-0")
+    if {"cd-5", "0c"} <= results.keys():
+        t5 = np.median([s["split"]["epoch_time_s"] for s in results["cd-5"]])
+        t0 = np.median([s["split"]["epoch_time_s"] for s in results["0c"]])
+        print(f"cd-5 epoch time / 0c epoch time = {t5 / t0:.3f} (target <= 1.1)")
+        if t5 / t0 > 1.1:
+            failures.append("cd-5 epoch time above 1.1x 0c's")
+    if failures and not args.no_check:
+        print("FAILED: " + "; ".join(failures))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

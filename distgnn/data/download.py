@@ -1,0 +1,111 @@
+"""Shared download and archive helpers for the dataset readers.
+
+Downloads stream to a temporary sibling name and are renamed when complete, so a file at the final
+path is always whole. A server that cannot be reached gives one line naming the dataset, the URL and
+the ``--source`` option that points at pre-downloaded files.
+"""
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import socket
+import urllib.error
+import urllib.request
+import zipfile
+import zlib
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from distgnn.errors import DistgnnError
+from distgnn.progress import progress
+
+#: Seconds to wait for the server to accept the connection (and for each later read).
+TIMEOUT_S = 20.0
+BLOCK = 1 << 20
+
+
+def _offline(dataset: str, url: str, reason: object, source_help: str) -> DistgnnError:
+    return DistgnnError(f"{dataset}: cannot download {url} ({reason}); download it where the network "
+                        f"is reachable and pass --source {source_help}")
+
+
+def download(url: str, dest: str | os.PathLike, *, dataset: str, source_help: str = "PATH",
+             timeout: float = TIMEOUT_S) -> Path:
+    """Download ``url`` to ``dest`` (streamed, with a progress bar) and return ``dest``.
+
+    An existing ``dest`` is reused (it only ever appears complete). ``source_help`` says what
+    ``--source`` should point at, for the error message.
+    """
+    dest = Path(dest)
+    if dest.is_file():
+        return dest
+    tmp = dest.with_name(f".{dest.name}.part-{os.getpid()}")
+    try:
+        try:
+            request = urllib.request.Request(url, headers={"User-Agent": "distgnn"})
+            response = urllib.request.urlopen(request, timeout=timeout)
+        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            raise _offline(dataset, url, reason, source_help) from exc
+        dest.parent.mkdir(parents=True, exist_ok=True)  # only once the server answered
+        with response, open(tmp, "wb") as out:
+            total = response.headers.get("Content-Length")
+            total = int(total) if total and total.isdigit() else None
+            bar = progress(desc=f"{dataset}: download {url.rsplit('/', 1)[-1]}", total=total,
+                           unit="B", unit_scale=True, unit_divisor=1024)
+            received = 0
+            with bar:
+                while True:
+                    try:
+                        block = response.read(BLOCK)
+                    except (http.client.HTTPException, OSError, socket.timeout) as exc:
+                        raise _offline(dataset, url, f"interrupted after {received} bytes: {exc}",
+                                       source_help) from exc
+                    if not block:
+                        break
+                    out.write(block)
+                    received += len(block)
+                    bar.update(len(block))
+        if total is not None and received != total:
+            raise _offline(dataset, url, f"connection closed after {received} of {total} bytes",
+                           source_help)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def extract_zip(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """Unpack ``archive`` into the folder ``dest`` (created; unpacked under a temporary name and
+    renamed when complete). Returns ``dest``."""
+    archive, dest = Path(archive), Path(dest)
+    tmp = dest.with_name(f".{dest.name}.unzip-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            members = zf.infolist()
+            for info in progress(members, desc=f"unzip {archive.name}", unit=" files"):
+                zf.extract(info, tmp)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    except zipfile.BadZipFile as exc:
+        raise DistgnnError(f"{archive}: not a valid zip archive ({exc}); delete it and retry") from exc
+    except (EOFError, zipfile.LargeZipFile, OSError) as exc:
+        if isinstance(exc, FileNotFoundError) and not archive.exists():
+            raise DistgnnError(f"{archive}: file not found") from exc
+        raise DistgnnError(f"{archive}: cannot unpack ({exc})") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+@contextmanager
+def npz_errors(label: str) -> Iterator[None]:
+    """Turn decompression failures while reading an .npz member into one DistgnnError line."""
+    try:
+        yield
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+        raise DistgnnError(f"{label}: archive damaged or truncated ({exc})") from exc

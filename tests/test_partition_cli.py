@@ -1,0 +1,186 @@
+"""The partition commands: DAG stages, inspect, verify (and what it catches), bad input."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from distgnn import cli
+from distgnn.partition import build as build_mod
+from partition_helpers import make_store
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory) -> Path:
+    return make_store(tmp_path_factory.mktemp("g"), "powerlaw", n=50, seed=3)
+
+
+@pytest.fixture(scope="module")
+def built(graph, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("p") / "libra-3"
+    assert cli.main(["partition", str(graph), "--parts", "3", "--out", str(out), "--quiet",
+                     "--threads", "2"]) == 0
+    return out
+
+
+def run(argv, capsys) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_stages_equal_all_in_one(graph, built, tmp_path, capsys):
+    out = tmp_path / "staged"
+    code, text, _ = run(["partition", "assign", str(graph), "--parts", "3", "--out", str(out),
+                         "--quiet"], capsys)
+    assert code == 0 and "replication factor" in text
+    for k in range(3):
+        assert run(["partition", "build", str(out), "--part", str(k), "--quiet"], capsys)[0] == 0
+    for path in sorted(built.rglob("*")):
+        if path.is_file():
+            assert (out / path.relative_to(built)).read_bytes() == path.read_bytes(), path
+
+
+def test_default_out_and_attrs(graph, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert run(["partition", "assign", str(graph), "--parts", "2", "--method", "hash",
+                "--quiet"], capsys)[0] == 0
+    attrs = dict(zarr.open_group(str(tmp_path / "partitions/t-powerlaw/hash-2/assignment.zarr"),
+                                 mode="r").attrs)
+    assert attrs["graph"] == str(graph.resolve()) and attrs["store"] == "t-powerlaw"
+    for key in ("replication_factor", "edge_balance", "root_balance",
+                "cd0_bytes_per_layer_per_width", "graph_checksum"):
+        assert key in attrs
+
+
+def test_inspect_and_verify(built, capsys):
+    code, text, _ = run(["inspect", str(built)], capsys)
+    assert code == 0 and "replication factor" in text and "train roots" in text
+    assert len([line for line in text.splitlines() if line.strip().endswith("yes")]) == 3
+    code, text, _ = run(["verify", str(built), "--quiet"], capsys)
+    assert code == 0 and "OK" in text
+
+
+def _copy(built: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(built, dst)
+    return dst
+
+
+def _verify_fails(folder: Path, capsys, needle: str) -> None:
+    code, _, err = run(["verify", str(folder), "--quiet"], capsys)
+    assert code != 0
+    assert len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def _rewrite(folder: Path, k: int, name: str, fn) -> None:
+    array = zarr.open_group(str(folder / f"part_{k}.zarr"), mode="r+")[name]
+    array[...] = fn(array[...])
+
+
+def test_verify_catches_moved_edge(built, tmp_path, capsys):
+    folder = _copy(built, tmp_path)
+    # point one edge at another local source: the edge set no longer matches the graph's
+    _rewrite(folder, 0, "indices", lambda a: np.where(np.arange(len(a)) == 0, (a[0] + 1) % 5, a))
+    _rewrite(folder, 0, "t_indices", lambda a: a)  # keep the chunk valid, transposes now differ
+    _verify_fails(folder, capsys, "part_0.zarr")
+
+
+def test_verify_catches_leaf_mask(built, tmp_path, capsys):
+    folder = _copy(built, tmp_path)
+    is_root = zarr.open_group(str(folder / "part_1.zarr"), mode="r")["is_root"][:]
+    assert (~is_root).any()
+    _rewrite(folder, 1, "train_mask", lambda a: a | ~is_root)
+    _verify_fails(folder, capsys, "train_mask")
+
+
+def test_verify_catches_feature_change(built, tmp_path, capsys):
+    folder = _copy(built, tmp_path)
+    _rewrite(folder, 2, "feat", lambda a: a + np.float32(1e-3))
+    _verify_fails(folder, capsys, "feat")
+
+
+def test_verify_catches_comm_order(built, tmp_path, capsys):
+    folder = _copy(built, tmp_path)
+    group = zarr.open_group(str(folder / "part_0.zarr"), mode="r+")
+    send = group["comm/leaf_send"]
+    if send.shape[0] < 2:
+        pytest.skip("no two leaves to swap")  # pragma: no cover
+    send[...] = send[...][::-1]
+    _verify_fails(folder, capsys, "leaf_send")
+
+
+def test_verify_catches_corrupt_chunk(built, tmp_path, capsys):
+    folder = _copy(built, tmp_path)
+    chunk = next(p for p in sorted((folder / "part_1.zarr/feat").rglob("*"))
+                 if p.is_file() and p.name != "zarr.json")
+    data = bytearray(chunk.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    _verify_fails(folder, capsys, "corrupt")
+
+
+def test_verify_catches_missing_part(built, tmp_path, capsys):
+    folder = _copy(built, tmp_path)
+    shutil.rmtree(folder / "part_2.zarr")
+    _verify_fails(folder, capsys, "part_2.zarr: missing")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--parts", "0"], "--parts"),
+    (["--parts", "51"], "--parts"),
+    (["--parts", "2", "--method", "metis"], "unknown method 'metis'"),
+])
+def test_bad_request(graph, tmp_path, capsys, argv, needle):
+    code, _, err = run(["partition", str(graph), "--out", str(tmp_path / "o"), *argv], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_store_without_csr(graph, tmp_path, capsys):
+    broken = tmp_path / "broken" / "graph.zarr"
+    shutil.copytree(graph, broken)
+    shutil.rmtree(broken / "indices")
+    code, _, err = run(["partition", str(broken), "--parts", "2", "--out", str(tmp_path / "o")],
+                       capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "indices" in err, err
+
+
+def test_build_without_part_or_assignment(tmp_path, capsys):
+    code, _, err = run(["partition", "build", str(tmp_path), "--part", "0"], capsys)
+    assert code == 2 and "no assignment" in err
+    code, _, err = run(["partition", "build", str(tmp_path)], capsys)
+    assert code == 2 and "--part" in err
+
+
+def test_interrupted_build_leaves_no_part(graph, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "p"
+    assert run(["partition", "assign", str(graph), "--parts", "2", "--out", str(out),
+                "--quiet"], capsys)[0] == 0
+    original = build_mod.gather_rows
+    calls = []
+
+    def interrupted(source, rows, writer):
+        calls.append(1)
+        original(source, rows, writer)
+        raise KeyboardInterrupt  # half way: structure and features written, labels not
+
+    monkeypatch.setattr(build_mod, "gather_rows", interrupted)
+    code, _, _ = run(["partition", "build", str(out), "--part", "1", "--quiet"], capsys)
+    assert code == 130 and calls
+    assert sorted(p.name for p in out.iterdir()) == ["assignment.zarr"]
+    monkeypatch.setattr(build_mod, "gather_rows", original)
+    _verify_fails(out, capsys, "part_0.zarr: missing")
+
+
+def test_stale_tmp_does_not_count(graph, tmp_path, capsys):
+    """A build killed hard leaves only its temporary folder, which nothing takes for a part."""
+    out = tmp_path / "p"
+    assert run(["partition", str(graph), "--parts", "2", "--out", str(out), "--quiet"], capsys)[0] == 0
+    shutil.move(out / "part_1.zarr", out / ".part_1.zarr.tmp-12345")
+    _verify_fails(out, capsys, "part_1.zarr: missing")
+    code, text, _ = run(["inspect", str(out)], capsys)
+    assert code == 0 and text.strip().splitlines()[-1].endswith("no")
