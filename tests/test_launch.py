@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,14 +62,17 @@ def test_presets_and_train_command(tmp_path):
 
 
 @pytest.mark.mpi
-def test_launch_local_runs_mpiexec(tmp_path):
+@pytest.mark.parametrize("executor", ["local", "debug"])
+def test_launch_local_runs_mpiexec(tmp_path, executor):
     out = tmp_path / "probe.json"
-    result = launch([PROBE, str(out)], 3, "local", load_preset("local", PRESETS), tmp_path / "logs")
+    result = launch([PROBE, str(out)], 3, executor, load_preset(executor, PRESETS), tmp_path / "logs")
     records = json.loads(out.read_text())
     assert [r["rank"] for r in records] == [0, 1, 2]
     assert {r["size"] for r in records} == {3} and records[0]["sum"] == 3
     assert {r["omp_proc_bind"] for r in records} == {"close"}
-    assert (result.folder / f"{result.job_id}_0_log.out").exists()
+    assert result.executor == executor and result.num_ranks == 3
+    if executor == "local":
+        assert (result.folder / f"{result.job_id}_0_log.out").exists()
 
 
 @pytest.mark.mpi
@@ -120,3 +124,41 @@ def test_launch_slurm_job_that_vanishes(local_slurm, tmp_path, capsys):
         launch([str(script)], 2, "slurm", load_preset("slurm", PRESETS), tmp_path / "logs", grace_s=3)
     assert time.monotonic() - start < 60
     assert "dying on purpose" in capsys.readouterr().err
+
+
+@pytest.mark.slurm
+def test_launch_slurm_preemption_requeues_with_resume(local_slurm, tmp_path):
+    # submitit's signal (SIGUSR2, as before a time limit or on preemption) reaches rank 0, whose
+    # checkpoint() requeues the job with --resume; the launcher keeps waiting for the new run.
+    out, started = tmp_path / "resumed.json", tmp_path / "started"
+    argv = [str(REPO / "tests" / "mpi_scripts" / "requeue_probe.py"), str(out), str(started)]
+    errors: list[BaseException] = []
+
+    def preempt() -> None:
+        try:
+            deadline = time.monotonic() + 60
+            while not started.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1)
+            job_id = next(p.name for p in (tmp_path / "logs").iterdir())
+            subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+            # Slurm holds a requeued job for a while (begin time): let it start at once.
+            for _ in range(300):
+                show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                                      text=True).stdout
+                if "Restarts=1" in show and "JobState=PENDING" in show:
+                    break
+                time.sleep(0.2)
+            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+        except BaseException as exc:  # reported by the test body
+            errors.append(exc)
+
+    thread = threading.Thread(target=preempt, daemon=True)
+    thread.start()
+    result = launch(argv, 2, "slurm", load_preset("slurm", PRESETS), tmp_path / "logs",
+                    deadline_s=120)
+    thread.join(10)
+    assert not errors, errors
+    record = json.loads(out.read_text())
+    assert record["argv"][-1] == "--resume" and record["size"] == 2
+    assert record["slurm_job_id"] == result.job_id and record["restarts"] == "1"
