@@ -34,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     except DistgnnError as exc:
         print(f"distgnn {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # full disk, permissions, vanished files: say which file and why
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"distgnn {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print(f"distgnn {args.command}: interrupted", file=sys.stderr)
         return 130

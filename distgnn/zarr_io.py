@@ -121,9 +121,15 @@ class AtomicGroup:
     def __enter__(self) -> "AtomicGroup":
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if not self.committed:
             shutil.rmtree(self.tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            free = shutil.disk_usage(self.path.parent).free
+            if free < (1 << 20):  # a short write carries no errno: say what the disk says
+                reason += f"; disk full: {free} bytes free"
+            raise DistgnnError(f"{self.path}: cannot write ({reason}); nothing was kept") from exc
 
 
 def open_checked(path: str | os.PathLike, required: tuple[str, ...] = ()) -> zarr.Group:

@@ -172,6 +172,8 @@ def build_csr(source: GraphSource, work_dir: Path, budget: int = DEFAULT_CHUNK_B
 def validate_vertex_data(source: GraphSource) -> None:
     """Check labels and masks against the vertex count and class count; raise one clear line."""
     n, label_file = source.num_nodes, source.files.get("labels", "labels")
+    if n <= 0:
+        raise DistgnnError(f"{source.files.get('features', source.name)}: the graph has no vertices")
     labels = source.labels
     if labels.shape[0] != n:
         raise DistgnnError(f"{label_file}: {labels.shape[0]} labels for {n} vertices")

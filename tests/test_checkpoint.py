@@ -1,0 +1,47 @@
+"""Checkpoint bookkeeping: only folders with a manifest count; two are kept; settings must match."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distgnn.errors import DistgnnError
+from distgnn.train import checkpoint as ckpt
+
+HYPER = {"algo": "cd-0", "lr": 0.01}
+
+
+def make(run: Path, epoch: int, manifest: bool, hyper: dict = HYPER) -> Path:
+    folder = ckpt.checkpoint_dir(run, epoch)
+    folder.mkdir(parents=True)
+    (folder / "rank_0.pt").write_bytes(b"state")
+    if manifest:
+        ckpt.write_manifest(folder, epoch, hyper, num_parts=1)
+    return folder
+
+
+def test_a_checkpoint_without_manifest_is_ignored(tmp_path: Path) -> None:
+    make(tmp_path, 5, manifest=True)
+    make(tmp_path, 10, manifest=False)  # interrupted while writing
+    epoch, folder = ckpt.newest_checkpoint(tmp_path, HYPER)
+    assert epoch == 5 and folder.name == "epoch_000005"
+
+
+def test_nothing_to_resume(tmp_path: Path) -> None:
+    make(tmp_path, 3, manifest=False)
+    assert ckpt.newest_checkpoint(tmp_path, HYPER) is None
+
+
+def test_two_newest_are_kept(tmp_path: Path) -> None:
+    for epoch in (2, 4, 6, 8):
+        make(tmp_path, epoch, manifest=True)
+    stale = make(tmp_path, 7, manifest=False)
+    ckpt.prune(tmp_path)
+    assert [e for e, _ in ckpt.complete_checkpoints(tmp_path)] == [6, 8]
+    assert not stale.exists()
+
+
+def test_other_hyperparameters_are_refused(tmp_path: Path) -> None:
+    make(tmp_path, 5, manifest=True)
+    with pytest.raises(DistgnnError, match="lr=0.01"):
+        ckpt.newest_checkpoint(tmp_path, {**HYPER, "lr": 0.1})

@@ -1,0 +1,131 @@
+"""Bad input and inconsistent inputs: one clear line, a non-zero exit, nothing partial left."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from conftest import mpiexec, run_cli, write_npy_graph
+from distgnn.data.fetch import fetch
+
+
+def one_line(proc: subprocess.CompletedProcess, prefix: str = "distgnn") -> str:
+    assert proc.returncode != 0, proc.stdout
+    ours = [l for l in proc.stderr.splitlines() if l.startswith(prefix)]
+    assert len(ours) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    return ours[0]
+
+
+@pytest.fixture(scope="module")
+def two_parts(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("rel")
+    graph = fetch("synth-reddit", root=root / "data", scale=0.002, threads=1)
+    parts = root / "libra-2"
+    assert run_cli("partition", graph, "--parts", "2", "--out", parts, "--quiet").returncode == 0
+    return graph, parts
+
+
+def copy_parts(parts: Path, tmp_path: Path) -> Path:
+    target = tmp_path / parts.name
+    shutil.copytree(parts, target)
+    return target
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):
+    mount = tmp_path / "full"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"this test needs root to mount a tmpfs: {proc.stderr}"
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_full_disk_during_fetch_keeps_nothing(small_tmpfs: Path) -> None:
+    line = one_line(run_cli("fetch", "synth-reddit", "--scale", "0.01", "--root", small_tmpfs, "--quiet"))
+    assert ("No space left on device" in line or "disk full" in line) and "graph.zarr" in line
+    leftovers = [p.name for p in small_tmpfs.rglob("*") if p.is_file()]
+    assert leftovers == []
+
+
+def test_unwritable_output_folder(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    line = one_line(run_cli("fetch", "synth-reddit", "--scale", "0.002", "--root", blocker / "data"))
+    assert "a-file" in line
+
+
+def test_empty_graph_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "npy"
+    folder.mkdir()
+    np.save(folder / "src.npy", np.zeros(0, np.int64))
+    np.save(folder / "dst.npy", np.zeros(0, np.int64))
+    np.save(folder / "feat.npy", np.zeros((0, 3), np.float32))
+    np.save(folder / "label.npy", np.zeros(0, np.int64))
+    line = one_line(run_cli("fetch", "npy", "--source", folder, "--root", tmp_path / "data"))
+    assert "no vertices" in line
+    assert not any(p.name == "graph.zarr" for p in (tmp_path / "data").rglob("*"))
+
+
+@pytest.mark.mpi
+def test_missing_part_is_named(two_parts, tmp_path: Path) -> None:
+    parts = copy_parts(two_parts[1], tmp_path)
+    shutil.rmtree(parts / "part_1.zarr")
+    line = one_line(mpiexec(2, "train", parts, "--epochs", "1", "--out", tmp_path / "run"))
+    assert "part_1.zarr" in line and "missing" in line
+
+
+@pytest.mark.mpi
+def test_parts_from_different_assignments_are_refused(two_parts, tmp_path: Path) -> None:
+    graph, parts = two_parts
+    parts = copy_parts(parts, tmp_path)
+    other = tmp_path / "other"
+    assert run_cli("partition", graph, "--parts", "2", "--method", "random", "--out", other,
+                   "--quiet").returncode == 0
+    shutil.rmtree(parts / "part_1.zarr")
+    shutil.copytree(other / "part_1.zarr", parts / "part_1.zarr")
+    line = one_line(mpiexec(2, "train", parts, "--epochs", "1", "--out", tmp_path / "run"))
+    assert "disagrees" in line
+
+
+@pytest.mark.mpi
+def test_changed_graph_store_is_refused(two_parts, tmp_path: Path) -> None:
+    graph, parts = two_parts
+    graph_copy = tmp_path / "graph.zarr"
+    shutil.copytree(graph, graph_copy)
+    parts = copy_parts(parts, tmp_path)
+    for part in parts.glob("part_*.zarr"):  # point the parts at the copy, then change the copy
+        zarr.open_group(str(part), mode="r+").attrs["graph"] = str(graph_copy)
+    zarr.open_group(str(graph_copy), mode="r+").attrs["checksum"] = "0" * 32
+    line = one_line(mpiexec(2, "train", parts, "--epochs", "1", "--out", tmp_path / "run"))
+    assert "graph store changed" in line
+
+
+@pytest.mark.mpi
+def test_divergence_stops_with_the_epoch_and_keeps_the_last_checkpoint(two_parts, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = mpiexec(2, "train", two_parts[1], "--epochs", "30", "--lr", "1e30", "--checkpoint-every", "1",
+                   "--eval-every", "0", "--out", run, "--quiet")
+    line = one_line(proc)
+    assert "diverged" in line and "at epoch" in line
+    bad_epoch = int(line.split("at epoch ")[1].split(":")[0])
+    manifests = sorted(run.glob("checkpoints/*/manifest.json"))
+    assert manifests, "a good checkpoint must remain"
+    newest = json.loads(manifests[-1].read_text())["epoch"]
+    assert newest < bad_epoch
+    assert not (run / "summary.json").exists()
+
+
+@pytest.mark.mpi
+def test_unwritable_run_folder(two_parts, tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    line = one_line(mpiexec(2, "train", two_parts[1], "--epochs", "1", "--out", blocker / "run"))
+    assert "--out" in line
