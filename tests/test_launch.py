@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,14 +62,17 @@ def test_presets_and_train_command(tmp_path):
 
 
 @pytest.mark.mpi
-def test_launch_local_runs_mpiexec(tmp_path):
+@pytest.mark.parametrize("executor", ["local", "debug"])
+def test_launch_local_runs_mpiexec(tmp_path, executor):
     out = tmp_path / "probe.json"
-    result = launch([PROBE, str(out)], 3, "local", load_preset("local", PRESETS), tmp_path / "logs")
+    result = launch([PROBE, str(out)], 3, executor, load_preset(executor, PRESETS), tmp_path / "logs")
     records = json.loads(out.read_text())
     assert [r["rank"] for r in records] == [0, 1, 2]
     assert {r["size"] for r in records} == {3} and records[0]["sum"] == 3
     assert {r["omp_proc_bind"] for r in records} == {"close"}
-    assert (result.folder / f"{result.job_id}_0_log.out").exists()
+    assert result.executor == executor and result.num_ranks == 3
+    if executor == "local":
+        assert (result.folder / f"{result.job_id}_0_log.out").exists()
 
 
 @pytest.mark.mpi
@@ -111,12 +115,91 @@ def test_launch_slurm_failing_rank(local_slurm, tmp_path, monkeypatch, capsys):
 @pytest.mark.slurm
 def test_launch_slurm_job_that_vanishes(local_slurm, tmp_path, capsys):
     # A rank that dies without submitit writing a result (as an abort in MPI_Init would): the
-    # job leaves squeue and the launcher reports it with the log's tail instead of waiting forever.
+    # job ends and the launcher reports it with the log's tail instead of waiting forever.
     script = tmp_path / "die.py"
     script.write_text("import os, sys\nprint('dying on purpose', file=sys.stderr, flush=True)\n"
                       "os._exit(3)\n")
     start = time.monotonic()
-    with pytest.raises(DistgnnError, match=r"no longer listed by the scheduler .* dying on purpose"):
+    with pytest.raises(DistgnnError, match=r"ended \(FAILED\) and tasks \[0, 1\] left no result .* dying on purpose"):
         launch([str(script)], 2, "slurm", load_preset("slurm", PRESETS), tmp_path / "logs", grace_s=3)
     assert time.monotonic() - start < 60
     assert "dying on purpose" in capsys.readouterr().err
+
+
+@pytest.mark.slurm
+def test_launch_slurm_preemption_requeues_with_resume(local_slurm, tmp_path):
+    # submitit's signal (SIGUSR2, as before a time limit or on preemption) reaches rank 0, whose
+    # checkpoint() requeues the job with --resume; the launcher keeps waiting for the new run.
+    out, started = tmp_path / "resumed.json", tmp_path / "started"
+    argv = [str(REPO / "tests" / "mpi_scripts" / "requeue_probe.py"), str(out), str(started)]
+    errors: list[BaseException] = []
+
+    def preempt() -> None:
+        try:
+            deadline = time.monotonic() + 60
+            while not started.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(1)
+            job_id = next(p.name for p in (tmp_path / "logs").iterdir() if p.name.isdigit())
+            subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+            # Slurm holds a requeued job for a while (begin time): let it start at once.
+            for _ in range(300):
+                show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True,
+                                      text=True).stdout
+                if "Restarts=1" in show and "JobState=PENDING" in show:
+                    break
+                time.sleep(0.2)
+            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True)
+        except BaseException as exc:  # reported by the test body
+            errors.append(exc)
+
+    thread = threading.Thread(target=preempt, daemon=True)
+    thread.start()
+    result = launch(argv, 2, "slurm", load_preset("slurm", PRESETS), tmp_path / "logs",
+                    deadline_s=120)
+    thread.join(10)
+    assert not errors, errors
+    record = json.loads(out.read_text())
+    assert record["argv"][-1] == "--resume" and record["size"] == 2
+    assert record["slurm_job_id"] == result.job_id and record["restarts"] == "1"
+
+
+class _FakeTask:
+    """What wait_for_tasks reads of a submitit job: its paths."""
+
+    def __init__(self, folder: Path, i: int) -> None:
+        from types import SimpleNamespace
+
+        self.paths = SimpleNamespace(result_pickle=folder / f"{i}_result.pkl",
+                                     stdout=folder / f"{i}_log.out", stderr=folder / f"{i}_log.err")
+
+
+def test_wait_for_tasks_outcomes(tmp_path):
+    import pickle
+
+    from distgnn.launch.watch import JobFailed, wait_for_tasks
+
+    tasks = [_FakeTask(tmp_path, i) for i in range(2)]
+    # Every task succeeded: their results, in task order.
+    for i, t in enumerate(tasks):
+        t.paths.result_pickle.write_bytes(pickle.dumps(("success", f"r{i}")))
+    assert wait_for_tasks(tasks, "7", lambda: "RUNNING", poll_s=0.01) == ["r0", "r1"]
+    # One error: reported at once, with its innermost exception line, while the job still runs.
+    tasks[1].paths.result_pickle.write_bytes(pickle.dumps(
+        ("error", "Traceback (most recent call last):\nValueError: bad part 1\n")))
+    start = time.monotonic()
+    with pytest.raises(JobFailed, match="job 7 failed: task 1: ValueError: bad part 1"):
+        wait_for_tasks(tasks, "7", lambda: "RUNNING", poll_s=0.01)
+    assert time.monotonic() - start < 1
+    # No result and the job gone: after the grace, with the log's last error.
+    for t in tasks:
+        t.paths.result_pickle.unlink()
+    tasks[0].paths.stderr.write_text("loading\nRuntimeError: MPI_Init failed\n")
+    start = time.monotonic()
+    with pytest.raises(JobFailed, match=r"job 7 ended \(no longer listed.*within 1 s; last error: "
+                                        r"RuntimeError: MPI_Init failed"):
+        wait_for_tasks(tasks, "7", lambda: "", grace_s=1, poll_s=0.05)
+    assert 1 <= time.monotonic() - start < 5
+    # A job that never ends: the deadline.
+    with pytest.raises(JobFailed, match="did not finish within 0 s"):
+        wait_for_tasks(tasks, "7", lambda: "PENDING", poll_s=0.01, deadline_s=0.2)

@@ -94,17 +94,17 @@ def test_invalid_config_is_refused_before_any_job(tmp_path, section, key, value)
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_tiny_local_run_then_epochs_change_reruns_train_and_report(tmp_path):
-    wd = workdir(tmp_path, tiny(partition={"parts": [1, 2]}, train={"algos": ["cd-0"], "epochs": 2}))
+    wd = workdir(tmp_path, tiny(partition={"parts": [2]}, train={"algos": ["cd-0"], "epochs": 2}))
     proc = snakemake("--profile", "cluster/local", cwd=wd)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert job_stats(proc.stderr + proc.stdout) == {"fetch": 1, "assign": 2, "build": 3, "train": 2,
+    assert job_stats(proc.stderr + proc.stdout) == {"fetch": 1, "assign": 1, "build": 2, "train": 1,
                                                     "report": 1, "all": 1}
     report = wd / "reports" / "synth-reddit-x0.01"
     for name in ("summary.md", "epoch_time.png", "test_vs_epoch.png", "test_vs_time.png",
                  "replication.png"):
         assert (report / name).stat().st_size > 0, name
     table = pd.read_csv(report / "summary.csv")
-    assert sorted(table.num_parts) == [1, 2] and set(table.epochs) == {2}
+    assert list(table.num_parts) == [2] and list(table.epochs) == [2]
     summary = json.loads((wd / "runs/synth-reddit-x0.01/libra-2/cd-0/summary.json").read_text())
     assert summary["num_parts"] == 2 and summary["slurm_job_id"] is None
     # A log per job, and the launcher's submitit folder under logs/.
@@ -116,8 +116,8 @@ def test_tiny_local_run_then_epochs_change_reruns_train_and_report(tmp_path):
     (wd / "config" / "config.yaml").write_text(yaml.safe_dump(config))
     proc = snakemake("--profile", "cluster/local", cwd=wd)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert job_stats(proc.stderr + proc.stdout) == {"train": 2, "report": 1, "all": 1}
-    assert set(pd.read_csv(report / "summary.csv").epochs) == {3}
+    assert job_stats(proc.stderr + proc.stdout) == {"train": 1, "report": 1, "all": 1}
+    assert list(pd.read_csv(report / "summary.csv").epochs) == [3]
 
 
 @pytest.fixture(scope="module")

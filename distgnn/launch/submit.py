@@ -12,7 +12,7 @@ import submitit
 
 from distgnn.errors import DistgnnError
 from distgnn.launch.tasks import MpiexecTask, RankTask
-from distgnn.launch.watch import JobFailed, squeue_active, wait_for_tasks
+from distgnn.launch.watch import JobFailed, LogFollower, squeue_state, wait_for_tasks
 
 EXECUTORS = ("local", "slurm", "debug")
 
@@ -91,22 +91,24 @@ def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], f
         threads = int(preset.get("cpus_per_task", 1))
         job = ex.submit(RankTask(argv, threads))
         tasks = [job.task(i) for i in range(ranks)] if ranks > 1 else [job]
-        is_active = lambda: squeue_active(str(job.job_id))  # noqa: E731
+        job_state = lambda: squeue_state(str(job.job_id))  # noqa: E731
     else:
         ex = submitit.AutoExecutor(folder=folder / "%j", cluster=executor)
         ex.update_parameters(name=job_name, timeout_min=int(preset.get("timeout_min", 60)),
                              tasks_per_node=1)
         job = ex.submit(MpiexecTask(argv, ranks, local_threads(preset, ranks)))
         tasks = [job]
-        is_active = lambda: not job.done()  # noqa: E731
+        job_state = lambda: "DONE" if job.done() else "RUNNING"  # noqa: E731
     print(f"distgnn launch: submitted {executor} job {job.job_id} ({ranks} ranks); "
           f"logs in {folder / str(job.job_id)}", file=sys.stderr, flush=True)
     try:
         if executor == "debug":
             results = [job.result()]  # the debug executor runs the task here, now
         else:
-            results = wait_for_tasks(tasks, str(job.job_id), is_active, grace_s=grace,
-                                     deadline_s=deadline_s)
+            # Relay rank 0's output (progress bars, per-epoch lines) into our own log, live.
+            follow = LogFollower([tasks[0].paths.stdout, tasks[0].paths.stderr], sys.stderr)
+            results = wait_for_tasks(tasks, str(job.job_id), job_state, grace_s=grace,
+                                     deadline_s=deadline_s, follow=follow)
     except JobFailed as exc:
         job.cancel(check=False)  # the other ranks may still be alive
         print(exc.details, file=sys.stderr, flush=True)

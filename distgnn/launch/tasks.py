@@ -45,8 +45,9 @@ def run_in_process(argv: list[str]) -> None:
         try:
             runpy.run_path(argv[0], run_name="__main__")
         except SystemExit as exc:
+            # Left as it is: submitit itself exits this way after requeueing a preempted job.
             if exc.code not in (0, None):
-                raise RuntimeError(f"rank {rank}: {argv[0]} exited with status {exc.code}") from exc
+                raise
         finally:
             sys.argv = saved
     else:

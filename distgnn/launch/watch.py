@@ -29,15 +29,28 @@ class JobFailed(Exception):
         self.details = details
 
 
+#: Final states of a job that failed: its tasks have exited, so results need no long grace.
+FAILED_STATES = {"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+                 "DEADLINE"}
+#: Grace after a failed final state (result files are written before a task exits).
+FAILED_GRACE_S = 2.0
+
+
+def squeue_state(job_id: str) -> str:
+    """The job's state as ``squeue`` reports it (also recent final states); '' when not listed."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except subprocess.TimeoutExpired:
+        return "RUNNING"  # a slow controller is no evidence that the job is gone
+    states = [line.strip() for line in out.splitlines() if line.strip()]
+    active = [st for st in states if st in ACTIVE_STATES]
+    return active[0] if active else (states[0] if states else "")
+
+
 def squeue_active(job_id: str) -> bool:
     """True while ``squeue`` lists ``job_id`` in an active state (pending, running, requeued...)."""
-    try:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True,
-                             text=True, timeout=30).stdout
-    except subprocess.TimeoutExpired:
-        return True  # a slow controller is no evidence that the job is gone
-    states = {line.strip() for line in out.splitlines() if line.strip()}
-    return bool(states & ACTIVE_STATES)
+    return squeue_state(job_id) in ACTIVE_STATES
 
 
 def tail(path: Path, lines: int = 30) -> str:
@@ -93,20 +106,45 @@ def read_outcome(path: Path) -> tuple[str, Any] | None:
     return ("error", f"unreadable result file {path}")
 
 
-def wait_for_tasks(tasks: list[Any], job_id: str, is_active: Callable[[], bool], *,
+class LogFollower:
+    """Copies what a task appends to its log files to a stream (progress of rank 0, live)."""
+
+    def __init__(self, paths: list[Path], stream: Any) -> None:
+        self.offsets = {p: 0 for p in paths}
+        self.stream = stream
+
+    def poll(self) -> None:
+        for path, offset in self.offsets.items():
+            try:
+                with path.open("rb") as fh:
+                    fh.seek(offset)
+                    data = fh.read()
+            except OSError:
+                continue
+            if data:
+                self.offsets[path] = offset + len(data)
+                self.stream.write(data.decode(errors="replace"))
+                self.stream.flush()
+
+
+def wait_for_tasks(tasks: list[Any], job_id: str, job_state: Callable[[], str], *,
                    grace_s: float = 30.0, poll_s: float = 1.0,
-                   deadline_s: float | None = None) -> list[Any]:
+                   deadline_s: float | None = None, follow: LogFollower | None = None) -> list[Any]:
     """Wait until every task of job ``job_id`` wrote a successful result, and return the results.
 
-    ``tasks`` are submitit jobs (one per task, with ``.paths``); ``is_active()`` tells whether the
-    scheduler still runs or queues the job. Raises ``JobFailed`` as soon as one task reports an
+    ``tasks`` are submitit jobs (one per task, with ``.paths``); ``job_state()`` is the job's
+    scheduler state (one of ACTIVE_STATES while it is queued or running; '' once unknown). Raises ``JobFailed`` as soon as one task reports an
     error (its traceback first, then every task's log tail), when the job is no longer active and
     some result is still missing ``grace_s`` seconds later, or after ``deadline_s`` seconds.
+    ``follow``, if given, is polled every round (to relay a task's log as it grows).
     """
     start = time.monotonic()
     inactive_since: float | None = None
+    limit, state = grace_s, ""
     last_check = -1e9
     while True:
+        if follow is not None:
+            follow.poll()
         outcomes = [read_outcome(t.paths.result_pickle) for t in tasks]
         errors = [(i, o[1]) for i, o in enumerate(outcomes) if o is not None and o[0] != "success"]
         if errors:
@@ -118,15 +156,18 @@ def wait_for_tasks(tasks: list[Any], job_id: str, is_active: Callable[[], bool],
         now = time.monotonic()
         if now - last_check >= max(poll_s, 2.0):  # do not hammer the controller
             last_check = now
-            if is_active():
+            state = job_state()
+            if state in ACTIVE_STATES:
                 inactive_since = None
-            elif inactive_since is None:
-                inactive_since = now
-        if inactive_since is not None and now - inactive_since > grace_s:
+            else:
+                inactive_since = now if inactive_since is None else inactive_since
+                limit = min(grace_s, FAILED_GRACE_S) if state in FAILED_STATES else grace_s
+        if inactive_since is not None and now - inactive_since > limit:
             missing = [i for i, o in enumerate(outcomes) if o is None]
             tails = log_tails(tasks)
-            summary = (f"job {job_id} is no longer listed by the scheduler and tasks {missing} left "
-                       f"no result file within {grace_s:.0f} s; last error: {error_line(tails)}")
+            summary = (f"job {job_id} ended ({state or 'no longer listed by the scheduler'}) and "
+                       f"tasks {missing} left no result file within {limit:.0f} s; "
+                       f"last error: {error_line(tails)}")
             raise JobFailed(summary, tails)
         if deadline_s is not None and now - start > deadline_s:
             raise JobFailed(f"job {job_id} did not finish within {deadline_s:.0f} s", log_tails(tasks))

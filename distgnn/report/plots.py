@@ -34,6 +34,7 @@ def epoch_time(table: pd.DataFrame, path: Path) -> None:
         parts = sorted(part.num_parts.unique())
         algos = sorted(part.algo.unique())
         width = 0.8 / len(algos)
+        highest = 0.0
         for j, algo in enumerate(algos):
             rows = [part[(part.num_parts == p) & (part.algo == algo)] for p in parts]
             x = np.arange(len(parts)) + (j - (len(algos) - 1) / 2) * width
@@ -43,8 +44,14 @@ def epoch_time(table: pd.DataFrame, path: Path) -> None:
                 ax.bar(x, ms, width * 0.95, bottom=bottom, color=colors[c],
                        label=label if j == 0 else None, edgecolor="black", linewidth=0.3)
                 bottom += ms
+            highest = max(highest, float(bottom.max()))
             for xi, top in zip(x, bottom):
                 ax.text(xi, top, algo, ha="center", va="bottom", fontsize=7, rotation=90)
+            # The parts are maxima over ranks and may overshoot: mark the epoch time itself.
+            epoch = [1e3 * float(r.mean_epoch_time_s.iloc[0]) if len(r) else np.nan for r in rows]
+            ax.plot(x, epoch, "k_", markersize=14, markeredgewidth=2,
+                    label="epoch time" if j == 0 else None)
+        ax.set_ylim(0, 1.2 * highest or 1.0)  # room for the algorithm labels above the bars
         ax.set_xticks(np.arange(len(parts)), [f"P={p}" for p in parts])
         ax.set_ylabel("epoch time (ms, steady state)")
         ax.set_title(f"{method}: epoch time by P and algorithm")

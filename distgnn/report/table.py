@@ -71,9 +71,11 @@ def markdown(table: pd.DataFrame) -> str:
     lines = []
     for store, part in table.groupby("store", sort=True):
         lines += [f"# {store}", "",
-                  "Per epoch, steady state (cd-r leaves out its first 2r epochs). Times in ms "
-                  "(max over ranks), bytes in MiB (sum over ranks), peak memory of the largest "
-                  "rank; speedup = epoch time of P = 1 over this one.", "",
+                  "Per epoch, steady state (cd-r leaves out its first 2r epochs). Times in ms, "
+                  "each the max over ranks (so the parts may add up to more than the epoch; "
+                  "other = what they leave unexplained, if anything), bytes in MiB (sum over "
+                  "ranks), peak memory of the largest rank; speedup = epoch time of P = 1 over "
+                  "this one.", "",
                   "| method | P | algo | repl. factor | epoch ms | aggregate | exchange wait | dense "
                   "| allreduce | other | fwd MiB | bwd MiB | grad MiB | peak RSS MiB | best val "
                   "| test @ best val | speedup |",
