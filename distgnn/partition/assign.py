@@ -15,7 +15,7 @@ from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
 from distgnn.partition.quality import quality
-from distgnn.partition.store_io import write_array
+from distgnn.partition.store_io import read_csr, write_array
 from distgnn.zarr_io import AtomicGroup, combine_digests
 
 
@@ -72,7 +72,8 @@ def compute_assignment(indptr: np.ndarray, indices: np.ndarray, parts: int, meth
     if indices.dtype not in (np.int32, np.int64):
         indices = indices.astype(np.int64)
     degree = np.diff(indptr)
-    degree += np.bincount(indices, minlength=n).astype(np.int64)
+    # out-degrees natively: np.bincount would first copy int32 ids to int64 (8 bytes per edge)
+    _native.csr_count_by_row(indices, degree)
     edge_part = np.empty(len(indices), dtype=layout.part_dtype(parts))
     bits = np.zeros(n * layout.words(parts), dtype=np.uint64)
     edges = np.zeros(parts, dtype=np.int64)
@@ -104,7 +105,7 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
     check_request(store.num_nodes, parts, method)
     out = Path(out) if out is not None else layout.default_out(graph, method, parts)
     start = time.perf_counter()
-    indptr, indices = store.csr()
+    indptr, indices = read_csr(store)
     train = store["train_mask"][:]
     read_s = time.perf_counter() - start
     start = time.perf_counter()

@@ -17,7 +17,7 @@ from distgnn import _native
 from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
-from distgnn.partition.store_io import ChunkAlignedWriter, gather_rows, write_array
+from distgnn.partition.store_io import ChunkAlignedWriter, gather_rows, read_csr, read_whole, write_array
 from distgnn.progress import progress
 from distgnn.zarr_io import AtomicGroup, combine_digests, create_array, open_checked
 
@@ -64,9 +64,9 @@ def load_inputs(folder: str | os.PathLike, graph: str | os.PathLike | None = Non
     folder = Path(folder)
     group, attrs = open_assignment(folder)
     store = open_graph_for(attrs, graph)
-    indptr, indices = store.csr()
-    return BuildInputs(folder, attrs, store, indptr, indices, group["edge_part"][:],
-                       group["replicas"][:], group["root"][:],
+    indptr, indices = read_csr(store)
+    return BuildInputs(folder, attrs, store, indptr, indices, read_whole(group["edge_part"]),
+                       read_whole(group["replicas"]), read_whole(group["root"]),
                        {m: store[m][:] for m in layout.MASKS})
 
 
