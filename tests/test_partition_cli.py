@@ -184,3 +184,9 @@ def test_stale_tmp_does_not_count(graph, tmp_path, capsys):
     _verify_fails(out, capsys, "part_1.zarr: missing")
     code, text, _ = run(["inspect", str(out)], capsys)
     assert code == 0 and text.strip().splitlines()[-1].endswith("no")
+
+
+def test_existing_assignment_needs_force(graph, built, capsys):
+    code, _, err = run(["partition", "assign", str(graph), "--parts", "3", "--out", str(built)],
+                       capsys)
+    assert code == 2 and "--force" in err

@@ -77,8 +77,8 @@ def compute_assignment(indptr: np.ndarray, indices: np.ndarray, parts: int, meth
     edge_part = np.empty(len(indices), dtype=layout.part_dtype(parts))
     bits = np.zeros(n * layout.words(parts), dtype=np.uint64)
     edges = np.zeros(parts, dtype=np.int64)
-    _native.partition_assign(indptr, indices, parts, method, order, seed & (2**64 - 1), degree, edge_part,
-                             bits, edges, float(hdrf_lambda), int(threads))
+    _native.partition_assign(indptr, indices, parts, method, order, seed & (2**64 - 1), degree,
+                             edge_part, bits, edges, float(hdrf_lambda), int(threads))
     del degree
     train = (np.zeros(n, dtype=bool) if train_mask is None
              else np.ascontiguousarray(train_mask, dtype=bool))
@@ -104,6 +104,8 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
     store = GraphStore.open(graph)
     check_request(store.num_nodes, parts, method)
     out = Path(out) if out is not None else layout.default_out(graph, method, parts)
+    if (out / layout.ASSIGNMENT).exists() and not overwrite:  # fail before the work, not after
+        raise DistgnnError(f"{out / layout.ASSIGNMENT} already exists (use --force to replace it)")
     start = time.perf_counter()
     indptr, indices = read_csr(store)
     train = store["train_mask"][:]
