@@ -74,3 +74,25 @@ def gather_rows(source: zarr.Array, rows: np.ndarray, out: ChunkAlignedWriter) -
         first, last = int(rows[lo]), int(rows[hi - 1]) + 1
         block = source[first:last]
         out.write(block[rows[lo:hi] - first])
+
+
+def gather_rows_multi(source: zarr.Array, targets: list[tuple[np.ndarray, ChunkAlignedWriter]],
+                      desc: str = "gather") -> None:
+    """:func:`gather_rows` for several (rows, writer) targets at once: each chunk of ``source``
+    that any target needs is read once."""
+    from distgnn.progress import progress
+
+    step = source.chunks[0]
+    edges = np.arange(0, source.shape[0] + step, step, dtype=np.int64)
+    bounds = [np.searchsorted(rows, edges) for rows, _ in targets]
+    for c in progress(range(len(edges) - 1), desc=desc):
+        spans = [(int(b[c]), int(b[c + 1])) for b in bounds]
+        needed = [(lo, hi) for lo, hi in spans if hi > lo]
+        if not needed:
+            continue
+        first = min(int(rows[lo]) for (rows, _), (lo, hi) in zip(targets, spans) if hi > lo)
+        last = max(int(rows[hi - 1]) for (rows, _), (lo, hi) in zip(targets, spans) if hi > lo) + 1
+        block = source[first:last]
+        for (rows, writer), (lo, hi) in zip(targets, spans):
+            if hi > lo:
+                writer.write(block[rows[lo:hi] - first])
