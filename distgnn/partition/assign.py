@@ -126,7 +126,7 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
             "format_version": layout.FORMAT_VERSION,
             "P": parts, "method": method, "seed": seed, "order": order if method in layout.STREAMED else "none",
             "hdrf_lambda": layout.HDRF_LAMBDA if method == "hdrf" else None,
-            "graph": str(graph.resolve()), "store": store.attrs.get("name", graph.parent.name),
+            "graph": str(graph.resolve()), "store": store.attrs.get("store", graph.parent.name),
             "graph_checksum": store.attrs["checksum"],
             "num_nodes": n, "num_edges": store.num_edges,
             "num_train": int(train.sum()),
