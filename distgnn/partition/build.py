@@ -18,10 +18,10 @@ from distgnn import _native
 from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
-from distgnn.partition.store_io import (ChunkAlignedWriter, gather_rows, gather_rows_multi,
-                                        read_csr, read_whole, write_array)
+from distgnn.partition.store_io import (RowWriter, create_row_array, gather_rows,
+                                        gather_rows_multi, read_csr, read_whole, write_array)
 from distgnn.progress import progress
-from distgnn.zarr_io import AtomicGroup, combine_digests, create_array, open_checked
+from distgnn.zarr_io import AtomicGroup, combine_digests, open_checked
 
 
 @dataclass
@@ -157,7 +157,7 @@ class PartWriter:
                 mask = inp.masks[name][l2g] & is_root
                 self.counts[name.replace("_mask", "")] = int(mask.sum())
                 self.digests[name] = write_array(g, name, mask)
-            self.rows = {name: ChunkAlignedWriter(create_array(
+            self.rows = {name: RowWriter(create_row_array(
                 g, name, (n_k, *inp.store[name].shape[1:]), inp.store[name].dtype))
                 for name in self.ROW_ARRAYS}
         except BaseException:
