@@ -283,6 +283,9 @@ def main() -> None:
     if "3" in sections:
         print(f"\n== 3. whole path with features, R24 x {REDDIT_WIDTH} features, P = 16", flush=True)
         graph = _reddit_like_store(work)
+        import shutil
+        for old in ("ours-16", "dgl-whole"):  # neither side pays for removing an earlier output
+            shutil.rmtree(work / old, ignore_errors=True)
         ours = run_child("ours-whole", str(graph), 16, threads, str(work / "ours-16"),
                          threads=threads)
         dgl = run_child("dgl-whole", str(graph), 16, threads, str(work / "dgl-whole"),

@@ -184,3 +184,23 @@ def test_stale_tmp_does_not_count(graph, tmp_path, capsys):
     _verify_fails(out, capsys, "part_1.zarr: missing")
     code, text, _ = run(["inspect", str(out)], capsys)
     assert code == 0 and text.strip().splitlines()[-1].endswith("no")
+
+
+def test_existing_assignment_needs_force(graph, built, capsys):
+    code, _, err = run(["partition", "assign", str(graph), "--parts", "3", "--out", str(built)],
+                       capsys)
+    assert code == 2 and "--force" in err
+
+
+def test_interrupted_build_all_leaves_no_part(graph, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "p"
+    original = build_mod.gather_rows_multi
+
+    def interrupted(source, targets, desc=""):
+        original(source, targets, desc)
+        raise KeyboardInterrupt  # features of every part written, labels not
+
+    monkeypatch.setattr(build_mod, "gather_rows_multi", interrupted)
+    code, _, _ = run(["partition", str(graph), "--parts", "3", "--out", str(out), "--quiet"], capsys)
+    assert code == 130
+    assert sorted(p.name for p in out.iterdir()) == ["assignment.zarr"]

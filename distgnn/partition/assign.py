@@ -15,7 +15,7 @@ from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
 from distgnn.partition.quality import quality
-from distgnn.partition.store_io import write_array
+from distgnn.partition.store_io import read_csr, write_array
 from distgnn.zarr_io import AtomicGroup, combine_digests
 
 
@@ -72,12 +72,13 @@ def compute_assignment(indptr: np.ndarray, indices: np.ndarray, parts: int, meth
     if indices.dtype not in (np.int32, np.int64):
         indices = indices.astype(np.int64)
     degree = np.diff(indptr)
-    degree += np.bincount(indices, minlength=n).astype(np.int64)
+    # out-degrees natively: np.bincount would first copy int32 ids to int64 (8 bytes per edge)
+    _native.csr_count_by_row(indices, degree)
     edge_part = np.empty(len(indices), dtype=layout.part_dtype(parts))
     bits = np.zeros(n * layout.words(parts), dtype=np.uint64)
     edges = np.zeros(parts, dtype=np.int64)
-    _native.partition_assign(indptr, indices, parts, method, order, seed & (2**64 - 1), degree, edge_part,
-                             bits, edges, float(hdrf_lambda), int(threads))
+    _native.partition_assign(indptr, indices, parts, method, order, seed & (2**64 - 1), degree,
+                             edge_part, bits, edges, float(hdrf_lambda), int(threads))
     del degree
     train = (np.zeros(n, dtype=bool) if train_mask is None
              else np.ascontiguousarray(train_mask, dtype=bool))
@@ -103,8 +104,10 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
     store = GraphStore.open(graph)
     check_request(store.num_nodes, parts, method)
     out = Path(out) if out is not None else layout.default_out(graph, method, parts)
+    if (out / layout.ASSIGNMENT).exists() and not overwrite:  # fail before the work, not after
+        raise DistgnnError(f"{out / layout.ASSIGNMENT} already exists (use --force to replace it)")
     start = time.perf_counter()
-    indptr, indices = store.csr()
+    indptr, indices = read_csr(store)
     train = store["train_mask"][:]
     read_s = time.perf_counter() - start
     start = time.perf_counter()

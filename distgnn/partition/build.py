@@ -6,6 +6,7 @@ chunks, so peak memory is the structure arrays plus two chunks, whatever the fea
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +18,10 @@ from distgnn import _native
 from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
-from distgnn.partition.store_io import ChunkAlignedWriter, gather_rows, write_array
+from distgnn.partition.store_io import (RowWriter, create_row_array, gather_rows,
+                                        gather_rows_multi, read_csr, read_whole, write_array)
 from distgnn.progress import progress
-from distgnn.zarr_io import AtomicGroup, combine_digests, create_array, open_checked
+from distgnn.zarr_io import AtomicGroup, combine_digests, open_checked
 
 
 @dataclass
@@ -64,9 +66,9 @@ def load_inputs(folder: str | os.PathLike, graph: str | os.PathLike | None = Non
     folder = Path(folder)
     group, attrs = open_assignment(folder)
     store = open_graph_for(attrs, graph)
-    indptr, indices = store.csr()
-    return BuildInputs(folder, attrs, store, indptr, indices, group["edge_part"][:],
-                       group["replicas"][:], group["root"][:],
+    indptr, indices = read_csr(store)
+    return BuildInputs(folder, attrs, store, indptr, indices, read_whole(group["edge_part"]),
+                       read_whole(group["replicas"]), read_whole(group["root"]),
                        {m: store[m][:] for m in layout.MASKS})
 
 
@@ -115,61 +117,90 @@ def comm_plan(inp: BuildInputs, k: int, l2g: np.ndarray,
     return (leaf_send.astype(np.int64), send_off, np.concatenate(groups).astype(np.int64), recv_off)
 
 
-def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = True) -> Path:
-    """Write ``part_<k>.zarr`` under a temporary name and rename it when complete."""
-    P = inp.attrs["P"]
-    if not 0 <= k < P:
-        raise DistgnnError(f"--part: expected 0 <= K < {P}, got {k}")
-    l2g = layout.members(inp.replicas, k)
-    indptr, indices = local_csr(inp, k, l2g, threads)
-    n_k, m_k = len(l2g), len(indices)
-    t_indptr = np.empty(n_k + 1, dtype=np.int64)
-    t_indices = np.empty(m_k, dtype=np.int32)
-    _native.csr_transpose(indptr, indices, n_k, t_indptr, t_indices)
-    is_root = inp.root[l2g] == k
-    in_degree = (inp.indptr[l2g + 1] - inp.indptr[l2g]).astype(np.int64)
-    leaf_send, send_off, root_recv, recv_off = comm_plan(inp, k, l2g, is_root)
-    attrs_in = inp.attrs
-    graph_attrs = inp.store.attrs
-    path = inp.folder / layout.part_name(k)
-    with AtomicGroup(path, overwrite=overwrite) as target:
-        g = target.group
-        digests = {}
-        for name, data in (("local_to_global", l2g), ("indptr", indptr), ("indices", indices),
-                           ("t_indptr", t_indptr), ("t_indices", t_indices),
-                           ("in_degree_global", in_degree), ("is_root", is_root)):
-            digests[name] = write_array(g, name, data)
-        del indices, t_indices
-        comm = g.create_group("comm")
-        for name, data in (("leaf_send", leaf_send), ("leaf_send_offsets", send_off),
-                           ("root_recv", root_recv), ("root_recv_offsets", recv_off)):
-            digests[f"comm/{name}"] = write_array(comm, name, data)
-        for name in ("feat", "label"):
-            src = inp.store[name]
-            writer = ChunkAlignedWriter(create_array(g, name, (n_k, *src.shape[1:]), src.dtype))
-            gather_rows(src, l2g, writer)
-            digests[name] = writer.finish()
-        counts = {}
-        for name in layout.MASKS:
-            mask = inp.masks[name][l2g] & is_root
-            counts[name.replace("_mask", "")] = int(mask.sum())
-            digests[name] = write_array(g, name, mask)
-        attrs = {
+class PartWriter:
+    """Writes ``part_<k>.zarr`` in two steps: the constructor computes and writes the structure,
+    the communication plan and the masks (under a temporary name); the row data (``feat``,
+    ``label``) is then streamed into :attr:`rows` (one writer per name, rows in local order) by
+    the caller; :meth:`commit` writes the attrs and renames. :meth:`abort` removes the temporary
+    folder (also done when the object is used as a context manager and an exception escapes)."""
+
+    ROW_ARRAYS = ("feat", "label")
+
+    def __init__(self, inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = True):
+        P = inp.attrs["P"]
+        if not 0 <= k < P:
+            raise DistgnnError(f"--part: expected 0 <= K < {P}, got {k}")
+        self.inp, self.k = inp, k
+        self.l2g = l2g = layout.members(inp.replicas, k)
+        indptr, indices = local_csr(inp, k, l2g, threads)
+        n_k, m_k = len(l2g), len(indices)
+        t_indptr = np.empty(n_k + 1, dtype=np.int64)
+        t_indices = np.empty(m_k, dtype=np.int32)
+        _native.csr_transpose(indptr, indices, n_k, t_indptr, t_indices)
+        is_root = inp.root[l2g] == k
+        in_degree = (inp.indptr[l2g + 1] - inp.indptr[l2g]).astype(np.int64)
+        leaf_send, send_off, root_recv, recv_off = comm_plan(inp, k, l2g, is_root)
+        self.target = AtomicGroup(inp.folder / layout.part_name(k), overwrite=overwrite)
+        try:
+            g = self.target.group
+            self.digests: dict[str, str] = {}
+            for name, data in (("local_to_global", l2g), ("indptr", indptr), ("indices", indices),
+                               ("t_indptr", t_indptr), ("t_indices", t_indices),
+                               ("in_degree_global", in_degree), ("is_root", is_root)):
+                self.digests[name] = write_array(g, name, data)
+            comm = g.create_group("comm")
+            for name, data in (("leaf_send", leaf_send), ("leaf_send_offsets", send_off),
+                               ("root_recv", root_recv), ("root_recv_offsets", recv_off)):
+                self.digests[f"comm/{name}"] = write_array(comm, name, data)
+            self.counts = {}
+            for name in layout.MASKS:
+                mask = inp.masks[name][l2g] & is_root
+                self.counts[name.replace("_mask", "")] = int(mask.sum())
+                self.digests[name] = write_array(g, name, mask)
+            self.rows = {name: RowWriter(create_row_array(
+                g, name, (n_k, *inp.store[name].shape[1:]), inp.store[name].dtype))
+                for name in self.ROW_ARRAYS}
+        except BaseException:
+            self.abort()
+            raise
+        self.attrs = {
             "format_version": layout.FORMAT_VERSION,
-            "k": k, "P": P, "method": attrs_in["method"], "seed": attrs_in["seed"],
-            "store": attrs_in["store"], "graph": attrs_in["graph"],
-            "graph_checksum": attrs_in["graph_checksum"],
-            "assignment_checksum": attrs_in["checksum"],
-            "num_nodes": attrs_in["num_nodes"], "num_edges": attrs_in["num_edges"],
+            "k": k, "P": P, "method": inp.attrs["method"], "seed": inp.attrs["seed"],
+            "store": inp.attrs["store"], "graph": inp.attrs["graph"],
+            "graph_checksum": inp.attrs["graph_checksum"],
+            "assignment_checksum": inp.attrs["checksum"],
+            "num_nodes": inp.attrs["num_nodes"], "num_edges": inp.attrs["num_edges"],
             "n_k": n_k, "m_k": m_k,
             "num_roots": int(is_root.sum()), "num_leaves": int(n_k - is_root.sum()),
             "num_split": int(np.count_nonzero(layout.replica_counts(inp.replicas[l2g]) > 1)),
-            "num_train": counts["train"], "num_val": counts["val"], "num_test": counts["test"],
-            "feat_dim": graph_attrs["feat_dim"], "num_classes": graph_attrs["num_classes"],
-            "multilabel": graph_attrs["multilabel"],
+            "num_train": self.counts["train"], "num_val": self.counts["val"],
+            "num_test": self.counts["test"],
+            "feat_dim": inp.store.attrs["feat_dim"], "num_classes": inp.store.attrs["num_classes"],
+            "multilabel": inp.store.attrs["multilabel"],
         }
-        attrs["checksum"] = combine_digests(digests)
-        return target.commit(attrs)
+
+    def commit(self) -> Path:
+        for name, writer in self.rows.items():
+            self.digests[name] = writer.finish()
+        return self.target.commit({**self.attrs, "checksum": combine_digests(self.digests)})
+
+    def abort(self) -> None:
+        self.target.__exit__(None, None, None)
+
+    def __enter__(self) -> "PartWriter":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if not self.target.committed:
+            self.abort()
+
+
+def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = True) -> Path:
+    """Write ``part_<k>.zarr`` under a temporary name and rename it when complete."""
+    with PartWriter(inp, k, threads, overwrite) as part:
+        for name in PartWriter.ROW_ARRAYS:
+            gather_rows(inp.store[name], part.l2g, part.rows[name])
+        return part.commit()
 
 
 def build_part(folder: str | os.PathLike, k: int, threads: int = 0,
@@ -180,6 +211,14 @@ def build_part(folder: str | os.PathLike, k: int, threads: int = 0,
 
 
 def build_all(folder: str | os.PathLike, threads: int = 0) -> list[Path]:
-    """Build every part, reading the graph and the assignment once."""
+    """Build every part, reading the graph and the assignment once, and the row data (features)
+    once as well: each source chunk is read one time and its rows sent to every part's writer
+    (memory: one chunk per part, whatever the width)."""
     inp = load_inputs(folder)
-    return [build_from(inp, k, threads) for k in progress(range(inp.attrs["P"]), desc="build parts")]
+    with contextlib.ExitStack() as stack:
+        parts = [stack.enter_context(PartWriter(inp, k, threads))
+                 for k in progress(range(inp.attrs["P"]), desc="build structure")]
+        for name in PartWriter.ROW_ARRAYS:
+            gather_rows_multi(inp.store[name], [(p.l2g, p.rows[name]) for p in parts],
+                              desc=f"build {name}")
+        return [p.commit() for p in parts]

@@ -1,10 +1,28 @@
 """Small writers shared by the assignment and part builders (all checksummed, chunk-aligned)."""
 from __future__ import annotations
 
+import google_crc32c
 import numpy as np
 import zarr
+import zarr.codecs
 
-from distgnn.zarr_io import ChecksummedWriter, create_array
+from distgnn.errors import DistgnnError
+from distgnn.zarr_io import ChecksummedWriter, create_array, rows_per_chunk
+
+
+def read_whole(array: zarr.Array) -> np.ndarray:
+    """Read an array chunk by chunk into one preallocated result (zarr's own whole-array read
+    holds decode buffers for many chunks at once, about 40% more memory on a large array)."""
+    out = np.empty(array.shape, dtype=array.dtype)
+    step = array.chunks[0]
+    for start in range(0, array.shape[0], step):
+        out[start:start + step] = array[start:start + step]
+    return out
+
+
+def read_csr(store) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) of a :class:`~distgnn.data.graph_store.GraphStore`, read chunk-wise."""
+    return read_whole(store["indptr"]), read_whole(store["indices"])
 
 
 def write_array(group: zarr.Group, name: str, data: np.ndarray) -> str:
@@ -16,37 +34,62 @@ def write_array(group: zarr.Group, name: str, data: np.ndarray) -> str:
     return writer.finish()
 
 
-class ChunkAlignedWriter:
-    """Buffers row blocks of any size and writes them to ``array`` in whole chunks (so zarr never
-    reads back a partial chunk). Memory: at most one chunk plus one incoming block."""
+def create_row_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype) -> zarr.Array:
+    """A row-chunked array for vertex rows (features, labels) of a part: crc32c-checksummed but
+    not compressed (feature rows rarely compress, and lz4 would cost more time than any other
+    step of the build), every chunk written."""
+    rows = max(1, min(rows_per_chunk(tuple(shape[1:]), dtype), max(shape[0], 1)))
+    return group.create_array(name=name, shape=shape, dtype=dtype, chunks=(rows, *shape[1:]),
+                              fill_value=0, config={"write_empty_chunks": True},
+                              compressors=[zarr.codecs.Crc32cCodec()])
+
+
+class RowWriter:
+    """Writes selected rows of source blocks into ``array`` in order, through one preallocated
+    chunk buffer (rows are gathered straight into it, and each full chunk is written once), so
+    memory is one chunk whatever the number of rows. The digest is a crc32c of the content."""
 
     def __init__(self, array: zarr.Array):
-        self.writer = ChecksummedWriter(array)
+        self.array = array
         self.step = array.chunks[0]
-        self.pending: list[np.ndarray] = []
-        self.rows = 0
+        self.buf = np.empty((self.step, *array.shape[1:]), dtype=array.dtype)
+        self.fill = 0
+        self.cursor = 0
+        self.crc = 0
 
-    def write(self, block: np.ndarray) -> None:
-        if not len(block):
+    def take(self, block: np.ndarray, rows: np.ndarray) -> None:
+        """Append ``block[rows]``."""
+        pos = 0
+        while pos < len(rows):
+            count = min(self.step - self.fill, len(rows) - pos)
+            np.take(block, rows[pos:pos + count], axis=0, out=self.buf[self.fill:self.fill + count])
+            self.fill += count
+            pos += count
+            if self.fill == self.step:
+                self._flush()
+
+    def _flush(self) -> None:
+        if not self.fill:
             return
-        self.pending.append(block)
-        self.rows += len(block)
-        if self.rows >= self.step:
-            data = np.concatenate(self.pending) if len(self.pending) > 1 else self.pending[0]
-            whole = (len(data) // self.step) * self.step
-            self.writer.write(data[:whole])
-            rest = data[whole:]
-            self.pending = [rest.copy()] if len(rest) else []
-            self.rows = len(rest)
+        end = self.cursor + self.fill
+        if end > self.array.shape[0]:
+            raise DistgnnError(f"array '{self.array.basename}': more rows than its {self.array.shape[0]}")
+        data = self.buf[:self.fill]
+        self.array[self.cursor:end] = data
+        self.crc = google_crc32c.extend(self.crc, data)
+        self.cursor, self.fill = end, 0
 
     def finish(self) -> str:
-        if self.pending:
-            self.writer.write(np.concatenate(self.pending))
-            self.pending, self.rows = [], 0
-        return self.writer.finish()
+        self._flush()
+        if self.cursor != self.array.shape[0]:
+            raise DistgnnError(f"array '{self.array.basename}': wrote {self.cursor} of "
+                               f"{self.array.shape[0]} rows")
+        if self.array.shape[0] == 0:
+            self.array[...] = self.array.fill_value  # still write the (empty) chunk layout
+        return f"crc32c-{self.crc:08x}-{self.cursor}"
 
 
-def gather_rows(source: zarr.Array, rows: np.ndarray, out: ChunkAlignedWriter) -> None:
+def gather_rows(source: zarr.Array, rows: np.ndarray, out: RowWriter) -> None:
     """Write ``source[rows]`` (rows ascending) to ``out``, reading ``source`` one chunk at a time,
     so memory does not depend on the row width or on the number of rows."""
     step = source.chunks[0]
@@ -58,4 +101,26 @@ def gather_rows(source: zarr.Array, rows: np.ndarray, out: ChunkAlignedWriter) -
             continue
         first, last = int(rows[lo]), int(rows[hi - 1]) + 1
         block = source[first:last]
-        out.write(block[rows[lo:hi] - first])
+        out.take(block, rows[lo:hi] - first)
+
+
+def gather_rows_multi(source: zarr.Array, targets: list[tuple[np.ndarray, RowWriter]],
+                      desc: str = "gather") -> None:
+    """:func:`gather_rows` for several (rows, writer) targets at once: each chunk of ``source``
+    that any target needs is read once."""
+    from distgnn.progress import progress
+
+    step = source.chunks[0]
+    edges = np.arange(0, source.shape[0] + step, step, dtype=np.int64)
+    bounds = [np.searchsorted(rows, edges) for rows, _ in targets]
+    for c in progress(range(len(edges) - 1), desc=desc):
+        spans = [(int(b[c]), int(b[c + 1])) for b in bounds]
+        needed = [(lo, hi) for lo, hi in spans if hi > lo]
+        if not needed:
+            continue
+        first = min(int(rows[lo]) for (rows, _), (lo, hi) in zip(targets, spans) if hi > lo)
+        last = max(int(rows[hi - 1]) for (rows, _), (lo, hi) in zip(targets, spans) if hi > lo) + 1
+        block = source[first:last]
+        for (rows, writer), (lo, hi) in zip(targets, spans):
+            if hi > lo:
+                writer.take(block, rows[lo:hi] - first)

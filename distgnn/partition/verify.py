@@ -167,17 +167,23 @@ def _check_vertex_data(folder: Path, parts: list, store) -> None:
         if total != int(full.sum()):
             _fail(f"{folder}: {name} counts {total} over all parts, the graph {int(full.sum())}")
     for name in ("feat", "label"):
+        # one source chunk at a time (memory bounded whatever the parts' row spread)
         src = store[name]
-        for group, l2g, _, _, _ in parts:
-            dst = group[name]
-            step = dst.chunks[0]
-            for start in range(0, len(l2g), step):
-                rows = l2g[start:start + step]
-                # rows are ascending: read the covering source range once
-                block = src[int(rows[0]):int(rows[-1]) + 1][rows - rows[0]]
-                if not np.array_equal(dst[start:start + step], block, equal_nan=True):
-                    _fail(f"{folder / layout.part_name(group.attrs['k'])}/{name}: rows from "
-                          f"{start} differ from the graph's rows")
+        step = src.chunks[0]
+        edges = np.arange(0, src.shape[0] + step, step, dtype=np.int64)
+        bounds = [np.searchsorted(l2g, edges) for _, l2g, _, _, _ in parts]
+        for c in progress(range(len(edges) - 1), desc=f"verify {name} rows"):
+            block = None
+            for (group, l2g, _, _, _), b in zip(parts, bounds):
+                lo, hi = int(b[c]), int(b[c + 1])
+                if hi == lo:
+                    continue
+                if block is None:
+                    block = src[int(edges[c]):int(edges[c + 1])]
+                if not np.array_equal(group[name][lo:hi], block[l2g[lo:hi] - edges[c]],
+                                      equal_nan=True):
+                    _fail(f"{folder / layout.part_name(group.attrs['k'])}/{name}: rows {lo}..{hi - 1} "
+                          f"differ from the graph's rows")
 
 
 def _check_comm(folder: Path, parts: list, root: np.ndarray, replicas: np.ndarray, P: int) -> None:

@@ -7,6 +7,9 @@
 // permutation of the edge ids (seeded_permutation). Edge e is the e-th entry of `indices`; ties use
 // e, not the stream position.
 //
+// libra and hdrf are sequential (each decision reads every earlier one); random and hash run in
+// parallel; the per-part CSR build runs in parallel over rows.
+//
 // Ties (equal loads or equal scores) are broken by a seeded rule: among the c tied candidates in
 // ascending partition order, take number splitmix64(seed ^ (e * GOLDEN)) % c. So the output is a
 // pure function of (graph, P, method, seed).
