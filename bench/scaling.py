@@ -10,7 +10,8 @@
    network model (latency, bandwidth) used below.
 3. Train cd-0 at P = 1 with 1 thread (3 layers, hidden 256): fit the compute costs on it alone.
 4. Train cd-0 and 0c at P = 2, 1 thread per rank: the model (costs from P = 1, RF from the law,
-   network from the microbenchmark) must predict their steady-state epoch time within 25%.
+   network and the two-ranks-on-one-machine slowdown from the microbenchmark) must predict their
+   steady-state epoch time within 25%.
    The error is printed; the script exits 1 when it is larger.
 5. Predict epoch time and speedup for P = 1 ... 128 for the calibration graph and for a
    papers100M-shaped graph (100 Gb/s InfiniBand; compute as measured here and as a 16x faster
@@ -135,12 +136,14 @@ def main(argv: list[str] | None = None) -> int:
     say(f"MPI microbenchmark (2 ranks, this machine): Alltoallv latency {net.latency * 1e6:.1f} us, "
         f"bandwidth {net.bandwidth / 1e9:.2f} GB/s; Allreduce latency {net.allreduce_latency * 1e6:.1f} us, "
         f"bandwidth {net.allreduce_bandwidth / 1e9:.2f} GB/s; {net.source}; copies "
-        f"{mb['copy_s_per_float'] * 1e9:.2f} ns/float")
+        f"{mb['copy_s_per_float'] * 1e9:.2f} ns/float; two ranks computing at once on this machine: "
+        f"aggregation {mb['concurrency_agg']:.2f}x, dense {mb['concurrency_dense']:.2f}x slower than one alone")
 
     # 3. compute costs from P = 1
     model = ModelShape(LAYERS, HIDDEN)
     p1 = train(python, dirs[1], "cd-0", 1, args.epochs, work / "runs" / "cd-0-P1", work / "train-P1.log")
-    costs = fit_costs(p1, graph, model, mb["copy_s_per_float"], threads=1)
+    costs = fit_costs(p1, graph, model, mb["copy_s_per_float"], threads=1,
+                      concurrency_agg=mb["concurrency_agg"], concurrency_dense=mb["concurrency_dense"])
     say(f"compute costs (P = 1, 1 thread): aggregation {costs.agg_s_per_edge_col * 1e9:.3f} ns per edge-column, "
         f"dense {costs.dense_s_per_vertex_unit * 1e12:.2f} ps per vertex-width^2, overhead {costs.overhead_s:.3f} s; "
         f"measured epoch {np.median([r['epoch_time_s'] for r in p1]):.3f} s")
@@ -154,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     for algo in ("cd-0", "0c"):
         recs = train(python, dirs[2], algo, 2, args.epochs, work / "runs" / f"{algo}-P2", work / f"train-{algo}-P2.log")
         meas = float(np.median([r["epoch_time_s"] for r in recs]))
-        pred = predict_epoch(2, algo, graph, model, costs, law, net)
+        pred = predict_epoch(2, algo, graph, model, costs, law, net, ranks_per_node=2)
         err = (pred.total_s - meas) / meas
         med = {k: float(np.median([r[k] for r in recs])) for k in ("time_aggregate_s", "time_dense_s", "time_exchange_wait_s")}
         say(f"| {algo} | 2 | {meas:.3f} | {pred.total_s:.3f} | {100 * err:+.1f}% | {med['time_aggregate_s']:.3f}/{pred.aggregate_s:.3f} | "

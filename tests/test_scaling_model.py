@@ -110,3 +110,14 @@ def test_cli_predict(tmp_path, capsys):
     assert {r["P"] for r in rows} == {1, 16, 128}
     assert main(["scaling-model", "predict", "--calibration", str(tmp_path / "missing.json")]) == 2
     assert "--calibration" in capsys.readouterr().err
+
+
+def test_concurrency_slowdown_applies_only_to_shared_machines():
+    law = ReplicationLaw(a=0.8, b=0.5)
+    costs = ComputeCosts(1e-9, 2e-12, 5e-10, concurrency_agg=1.5, concurrency_dense=2.0)
+    own = predict_epoch(2, "0c", GRAPH, MODEL, costs, law, NetworkModel(), ranks_per_node=1)
+    shared = predict_epoch(2, "0c", GRAPH, MODEL, costs, law, NetworkModel(), ranks_per_node=2)
+    assert shared.aggregate_s == pytest.approx(1.5 * own.aggregate_s)
+    assert shared.dense_s == pytest.approx(2.0 * own.dense_s)
+    one = predict_epoch(1, "0c", GRAPH, MODEL, costs, law, NetworkModel(), ranks_per_node=2)
+    assert one.dense_s == pytest.approx(predict_epoch(1, "0c", GRAPH, MODEL, costs, law, NetworkModel()).dense_s)

@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--latency-us", type=float, help="override: latency in microseconds")
     pr.add_argument("--compute-speedup", type=float, default=1.0,
                     help="one socket's compute speed over the calibrated rank's (default 1)")
+    pr.add_argument("--ranks-per-node", type=int, default=1,
+                    help="ranks sharing one machine (applies the measured concurrency slowdown; default 1)")
     pr.add_argument("--json", action="store_true", help="print rows as JSON")
     pr.set_defaults(func=run_predict)
     me = verbs.add_parser("estimate-memory", help="per-rank memory estimate of a run")
@@ -92,7 +94,7 @@ def run_predict(args: argparse.Namespace) -> int:
     if min(args.parts) < 1:
         raise DistgnnError("--parts: every P must be >= 1")
     rows = speedup_table(graph, ModelShape(args.layers, args.hidden), costs.scaled(args.compute_speedup),
-                         law, net, args.algos, sorted(args.parts))
+                         law, net, args.algos, sorted(args.parts), args.ranks_per_node)
     if args.json:
         print(json.dumps(rows))
         return 0

@@ -54,11 +54,16 @@ class ComputeCosts:
     copy_s_per_float: float = 0.0
     overhead_s: float = 0.0        #: per-epoch time not in the parts above (P = 1)
     threads: int = 1
+    #: slowdown of aggregation / dense work when ranks share one machine (measured with two
+    #: ranks computing at once; 1 when every rank has its own socket)
+    concurrency_agg: float = 1.0
+    concurrency_dense: float = 1.0
 
     def scaled(self, speedup: float) -> "ComputeCosts":
         """The same costs on hardware ``speedup`` times faster at compute and copies."""
         return ComputeCosts(self.agg_s_per_edge_col / speedup, self.dense_s_per_vertex_unit / speedup,
-                            self.copy_s_per_float / speedup, self.overhead_s / speedup, self.threads)
+                            self.copy_s_per_float / speedup, self.overhead_s / speedup, self.threads,
+                            self.concurrency_agg, self.concurrency_dense)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,7 +74,7 @@ class ComputeCosts:
 
 
 def fit_costs(records: list[dict], graph: GraphShape, model: ModelShape, copy_s_per_float: float = 0.0,
-              threads: int = 1) -> ComputeCosts:
+              threads: int = 1, concurrency_agg: float = 1.0, concurrency_dense: float = 1.0) -> ComputeCosts:
     """Costs from a P = 1 run's steady-state ``metrics.jsonl`` records (median over epochs)."""
     agg = float(np.median([r["time_aggregate_s"] for r in records]))
     dense = float(np.median([r["time_dense_s"] for r in records]))
@@ -77,4 +82,5 @@ def fit_costs(records: list[dict], graph: GraphShape, model: ModelShape, copy_s_
     rest = max(total - agg - dense, 0.0)
     return ComputeCosts(agg_s_per_edge_col=agg / (graph.num_edges * model.agg_units(graph)),
                         dense_s_per_vertex_unit=dense / (graph.num_nodes * model.dense_units(graph)),
-                        copy_s_per_float=copy_s_per_float, overhead_s=rest, threads=threads)
+                        copy_s_per_float=copy_s_per_float, overhead_s=rest, threads=threads,
+                        concurrency_agg=concurrency_agg, concurrency_dense=concurrency_dense)

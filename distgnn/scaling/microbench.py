@@ -4,7 +4,9 @@ against message size, and the copy cost around an exchange (clone, gather, scatt
     mpiexec -n 2 python -m distgnn.scaling.microbench OUT.json [--repeats 11]
 
 Rank 0 writes ``{"pingpong"|"alltoall"|"allreduce": {"bytes": [...], "seconds": [...]},
-"copy_s_per_float": x, "network": NetworkModel fitted}``; times are medians over repeats.
+"copy_s_per_float": x, "concurrency_agg": s, "concurrency_dense": s, "network": NetworkModel
+fitted}``; times are medians over repeats. The concurrency figures are how much slower a rank
+computes while the other rank computes too (1 when ranks do not share a machine).
 """
 from __future__ import annotations
 
@@ -82,11 +84,59 @@ def run(out: Path, repeats: int = 11) -> dict:
         total[ids] = rows
     t = _median_time(copies, repeats, comm)
     result["copy_s_per_float"] = t / (n * w + 3 * len(ids) * w)
+    result.update(concurrency(comm, repeats))
     net = fitted_network(result["pingpong"], result["alltoall"], result["allreduce"])
     result["network"] = net.to_dict()
     if rank == 0:
         out.write_text(json.dumps(result, indent=1))
     return result
+
+
+def _quiet_wait(comm) -> None:
+    """Wait for the other rank without spinning a core (MPI's blocking calls busy-poll)."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(0.005)
+
+
+def concurrency(comm, repeats: int) -> dict:
+    """Slowdown of one rank's compute when both ranks compute at once on this machine (shared
+    cores, caches and memory bandwidth), for the aggregation kernel and for dense work:
+    ``{"concurrency_agg": t_both / t_alone, "concurrency_dense": ...}``."""
+    from distgnn import ops
+
+    rank = comm.Get_rank()
+    rng = np.random.default_rng(rank)
+    n, deg, w = 50_000, 40, 128
+    indptr = torch.arange(0, (n + 1) * deg, deg, dtype=torch.int64)
+    indices = torch.from_numpy(rng.integers(0, n, n * deg).astype(np.int32))
+    x = torch.randn(n, w)
+    weight = torch.randn(w, w)
+
+    def agg() -> None:
+        ops.aggregate(indptr, indices, x, norm="sum", threads=1)
+
+    def dense() -> None:
+        torch.relu(x @ weight).sum()
+
+    def timed(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return float(np.median(times))
+
+    out = {}
+    for name, fn in (("agg", agg), ("dense", dense)):
+        alone = timed(fn) if rank == 0 else 0.0
+        _quiet_wait(comm)
+        both = timed(fn)
+        _quiet_wait(comm)
+        alone, both = comm.bcast(alone), comm.allreduce(both, op=__import__("mpi4py").MPI.MAX)
+        out[f"concurrency_{name}"] = max(both / alone, 1.0)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,9 @@ Per rank (the slowest one sets the epoch):
 * cd-r: forward only, 1/r of the rows, posted non-blocking and waited r steps later: counted as
   latency plus the copies of 1/r of the rows (the transfer itself is taken as hidden behind compute);
 * 0c: no exchange;
-* every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead.
+* every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead;
+* ranks sharing one machine (``ranks_per_node`` > 1) compute slower by the measured concurrency
+  factors (shared cores, caches, memory bandwidth); one rank per socket: factor 1.
 
 Speedup is T(1) / T(P) with the same costs.
 """
@@ -48,16 +50,19 @@ class EpochPrediction:
 
 
 def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, costs: ComputeCosts,
-                  law: ReplicationLaw, net: NetworkModel, rf: float | None = None) -> EpochPrediction:
-    """Predicted epoch of ``algo`` at ``parts`` ranks (``rf`` overrides the law's RF(P))."""
+                  law: ReplicationLaw, net: NetworkModel, rf: float | None = None,
+                  ranks_per_node: int = 1) -> EpochPrediction:
+    """Predicted epoch of ``algo`` at ``parts`` ranks (``rf`` overrides the law's RF(P));
+    ``ranks_per_node`` ranks share each machine."""
     a = parse_algorithm(algo)
     rf = 1.0 if parts == 1 else float(rf if rf is not None else law(parts))
     n = rf * graph.num_nodes / parts * (law.vertex_balance if parts > 1 else 1.0)
     m = graph.num_edges / parts * (law.edge_balance if parts > 1 else 1.0)
     leaves = (rf - 1.0) * graph.num_nodes / parts
     widths = model.widths(graph)
-    aggregate = m * model.agg_units(graph) * costs.agg_s_per_edge_col
-    dense = n * model.dense_units(graph) * costs.dense_s_per_vertex_unit
+    shared = min(parts, ranks_per_node) > 1
+    aggregate = m * model.agg_units(graph) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
+    dense = n * model.dense_units(graph) * costs.dense_s_per_vertex_unit * (costs.concurrency_dense if shared else 1.0)
     exchange = 0.0
     if a.exchange and parts > 1:
         for _, _, w in widths:
@@ -71,14 +76,14 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
 
 
 def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law: ReplicationLaw,
-                  net: NetworkModel, algos: list[str], parts: list[int]) -> list[dict]:
+                  net: NetworkModel, algos: list[str], parts: list[int], ranks_per_node: int = 1) -> list[dict]:
     """One row per (algo, P): the prediction's parts, total and speedup over P = 1 (cd-0 at P = 1
     is the single-socket reference for every algorithm: at P = 1 they coincide)."""
     base = predict_epoch(1, "cd-0", graph, model, costs, law, net).total_s
     rows = []
     for algo in algos:
         for p in parts:
-            e = predict_epoch(p, algo, graph, model, costs, law, net)
+            e = predict_epoch(p, algo, graph, model, costs, law, net, ranks_per_node=ranks_per_node)
             rows.append({"algo": algo, "P": p, "rf": e.replication_factor, "epoch_s": e.total_s,
                          "speedup": base / e.total_s, "aggregate_s": e.aggregate_s, "dense_s": e.dense_s,
                          "exchange_s": e.exchange_s, "allreduce_s": e.allreduce_s, "dominant": e.dominant()})
