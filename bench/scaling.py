@@ -8,7 +8,9 @@
    synth-papers100M twin at ``--papers-scale`` (its degree distribution; mean degree kept).
 2. MPI microbenchmark under ``mpiexec -n 2``: ping-pong, Alltoallv, Allreduce, copy cost; fits the
    network model (latency, bandwidth) used below.
-3. Train cd-0 at P = 1 with 1 thread (3 layers, hidden 256): fit the compute costs on it alone.
+3. Train cd-0 at P = 1 with 1 thread (3 layers, hidden 256): fit the compute costs on it alone
+   (with the aggregation kernel timed on the P = 1 graph and on its half-edge version, to split
+   its cost between edges and destination rows).
 4. Train cd-0 and 0c at P = 2, 1 thread per rank: the model (costs from P = 1, RF from the law,
    network and the two-ranks-on-one-machine slowdown from the microbenchmark) must predict their
    steady-state epoch time within 25%.
@@ -142,8 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     # 3. compute costs from P = 1
     model = ModelShape(LAYERS, HIDDEN)
     p1 = train(python, dirs[1], "cd-0", 1, args.epochs, work / "runs" / "cd-0-P1", work / "train-P1.log")
+    from distgnn.data.graph_store import GraphStore
+    from distgnn.scaling.costs import measure_row_cost
+
+    row_cost, t_full, t_half = measure_row_cost(*GraphStore.open(graph_path).csr(), width=HIDDEN, threads=1)
+    say(f"aggregation kernel on the P = 1 graph, 1 thread, width {HIDDEN}: {t_full:.3f} s; on its half-edge "
+        f"version {t_half:.3f} s: one destination row costs {row_cost:.1f} edges")
     costs = fit_costs(p1, graph, model, mb["copy_s_per_float"], threads=1,
-                      concurrency_agg=mb["concurrency_agg"], concurrency_dense=mb["concurrency_dense"])
+                      concurrency_agg=mb["concurrency_agg"], concurrency_dense=mb["concurrency_dense"],
+                      agg_row_per_edge=row_cost)
     say(f"compute costs (P = 1, 1 thread): aggregation {costs.agg_s_per_edge_col * 1e9:.3f} ns per edge-column, "
         f"dense {costs.dense_s_per_vertex_unit * 1e12:.2f} ps per vertex-width^2, overhead {costs.overhead_s:.3f} s; "
         f"measured epoch {np.median([r['epoch_time_s'] for r in p1]):.3f} s")

@@ -121,3 +121,21 @@ def test_concurrency_slowdown_applies_only_to_shared_machines():
     assert shared.dense_s == pytest.approx(2.0 * own.dense_s)
     one = predict_epoch(1, "0c", GRAPH, MODEL, costs, law, NetworkModel(), ranks_per_node=2)
     assert one.dense_s == pytest.approx(predict_epoch(1, "0c", GRAPH, MODEL, costs, law, NetworkModel()).dense_s)
+
+
+def test_half_edges_and_row_cost_split():
+    from distgnn.scaling.costs import half_edges
+
+    indptr = np.array([0, 3, 3, 7, 8], dtype=np.int64)
+    indices = np.arange(8, dtype=np.int32)
+    hp, hi = half_edges(indptr, indices)
+    assert hp.tolist() == [0, 2, 2, 4, 5] and hi.tolist() == [0, 2, 3, 5, 7]
+    # a row cost shifts aggregation time towards parts with many vertices per edge
+    law = ReplicationLaw(a=0.8, b=0.5)
+    records = [{"epoch_time_s": 3.0, "time_aggregate_s": 1.0, "time_dense_s": 2.0}]
+    flat = fit_costs(records, GRAPH, MODEL)
+    rows = fit_costs(records, GRAPH, MODEL, agg_row_per_edge=50.0)
+    p1 = [predict_epoch(1, "0c", GRAPH, MODEL, c, law, NetworkModel()).aggregate_s for c in (flat, rows)]
+    assert p1 == pytest.approx([1.0, 1.0])
+    p4 = [predict_epoch(4, "0c", GRAPH, MODEL, c, law, NetworkModel()).aggregate_s for c in (flat, rows)]
+    assert p4[1] > p4[0]

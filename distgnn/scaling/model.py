@@ -4,7 +4,7 @@ Per rank (the slowest one sets the epoch):
 
 * vertices n = RF(P) N / P * vertex balance; edges m = E / P * edge balance;
   leaf rows exchanged L = (RF(P) - 1) N / P (every replica beyond the first is a leaf);
-* aggregation ``m * sum_l 2 a_l * c_agg``; dense ``n * sum_l in_l out_l * c_dense``;
+* aggregation ``(m + r n) * sum_l 2 a_l * c_agg`` (r: a row's cost in edges); dense ``n * sum_l in_l out_l * c_dense``;
 * cd-0: per layer, forward and backward, two Alltoallv of L a_l 4 bytes per rank, plus the copies
   around them (clone of [n, a_l], gather/scatter of 4 L a_l floats);
 * cd-r: forward only, 1/r of the rows, posted non-blocking and waited r steps later: counted as
@@ -61,7 +61,7 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
     leaves = (rf - 1.0) * graph.num_nodes / parts
     widths = model.widths(graph)
     shared = min(parts, ranks_per_node) > 1
-    aggregate = m * model.agg_units(graph) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
+    aggregate = (m + costs.agg_row_per_edge * n) * model.agg_units(graph) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
     dense = n * model.dense_units(graph) * costs.dense_s_per_vertex_unit * (costs.concurrency_dense if shared else 1.0)
     exchange = 0.0
     if a.exchange and parts > 1:
