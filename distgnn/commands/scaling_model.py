@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--latency-us", type=float, help="override: latency in microseconds")
     pr.add_argument("--compute-speedup", type=float, default=1.0,
                     help="one socket's compute speed over the calibrated rank's (default 1)")
+    pr.add_argument("--replication", choices=("auto", "calibration", "papers"), default="auto",
+                    help="RF law: the calibration graph's, or the papers100M twin's (auto: the "
+                         "papers law for --graph ogbn-papers100M when the calibration has one)")
     pr.add_argument("--ranks-per-node", type=int, default=1,
                     help="ranks sharing one machine (applies the measured concurrency slowdown; default 1)")
     pr.add_argument("--json", action="store_true", help="print rows as JSON")
@@ -72,12 +75,26 @@ def load_calibration(path: str | Path):
         raise DistgnnError(f"--calibration {path}: not a calibration file from bench.scaling ({exc})") from None
 
 
+def _papers_law(path: str | Path):
+    from distgnn.scaling.replication import ReplicationLaw
+
+    d = json.loads(Path(path).read_text()).get("papers_replication")
+    return ReplicationLaw.from_dict(d) if d else None
+
+
 def run_predict(args: argparse.Namespace) -> int:
     from distgnn.scaling.costs import GraphShape, ModelShape
     from distgnn.scaling.model import speedup_table
     from distgnn.scaling.network import NetworkModel
 
     graph, costs, law, measured = load_calibration(args.calibration)
+    papers_law = _papers_law(args.calibration)
+    use_papers = args.replication == "papers" or (
+        args.replication == "auto" and args.graph == "ogbn-papers100M" and papers_law is not None)
+    if use_papers:
+        if papers_law is None:
+            raise DistgnnError(f"--replication papers: {args.calibration} has no papers_replication law")
+        law = papers_law
     if args.graph:
         graph = GraphShape(*GRAPHS[args.graph], name=args.graph)
     if any(v is not None for v in (args.nodes, args.edges, args.feat, args.classes)):
