@@ -1,0 +1,142 @@
+"""distgnn scaling-model: predicted epoch time and speedup for P = 1 ... 128 (DESIGN section 8).
+
+    distgnn scaling-model predict --calibration CAL.json [--graph papers100M | --nodes N --edges E
+        --feat F --classes C] [--layers 3 --hidden 256] [--parts 1 2 4 ... 128] [--algos cd-0 cd-5 0c]
+        [--network infiniband|measured] [--bandwidth-gbps B --latency-us L] [--compute-speedup S]
+    distgnn scaling-model estimate-memory PARTDIR --layers L --hidden H --algo A
+
+CAL.json (written by ``python -m bench.scaling``) holds the compute costs measured on one rank, the
+replication law fitted on P <= 16, and the network fitted to the MPI microbenchmark.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from distgnn.errors import DistgnnError
+
+#: Shapes of the real graphs (vertices, directed edges aggregated over, features, classes).
+GRAPHS = {
+    "reddit": (232_965, 114_615_892, 602, 41),
+    "ogbn-products": (2_449_029, 123_718_280, 100, 47),
+    "ogbn-papers100M": (111_059_956, 1_615_685_872, 128, 172),
+}
+DEFAULT_PARTS = [1, 2, 4, 8, 16, 32, 64, 128]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("scaling-model", help="predict epoch time and speedup for P = 1 ... 128",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+    pr = verbs.add_parser("predict", help="epoch time and speedup per algorithm and P")
+    pr.add_argument("--calibration", required=True, help="CAL.json from python -m bench.scaling")
+    pr.add_argument("--graph", choices=sorted(GRAPHS), help="a real graph's shape (default: the calibration graph)")
+    pr.add_argument("--nodes", type=int)
+    pr.add_argument("--edges", type=int)
+    pr.add_argument("--feat", type=int)
+    pr.add_argument("--classes", type=int)
+    pr.add_argument("--layers", type=int, default=3)
+    pr.add_argument("--hidden", type=int, default=256)
+    pr.add_argument("--parts", type=int, nargs="+", default=DEFAULT_PARTS)
+    pr.add_argument("--algos", nargs="+", default=["cd-0", "cd-5", "0c"])
+    pr.add_argument("--network", choices=("infiniband", "measured"), default="infiniband",
+                    help="100 Gb/s InfiniBand defaults, or the calibration's measured network")
+    pr.add_argument("--bandwidth-gbps", type=float, help="override: link bandwidth in Gb/s")
+    pr.add_argument("--latency-us", type=float, help="override: latency in microseconds")
+    pr.add_argument("--compute-speedup", type=float, default=1.0,
+                    help="one socket's compute speed over the calibrated rank's (default 1)")
+    pr.add_argument("--replication", choices=("auto", "calibration", "papers"), default="auto",
+                    help="RF law: the calibration graph's, or the papers100M twin's (auto: the "
+                         "papers law for --graph ogbn-papers100M when the calibration has one)")
+    pr.add_argument("--ranks-per-node", type=int, default=1,
+                    help="ranks sharing one machine (applies the measured concurrency slowdown; default 1)")
+    pr.add_argument("--json", action="store_true", help="print rows as JSON")
+    pr.set_defaults(func=run_predict)
+    me = verbs.add_parser("estimate-memory", help="per-rank memory estimate of a run")
+    me.add_argument("partdir")
+    me.add_argument("--layers", type=int, default=3)
+    me.add_argument("--hidden", type=int, default=256)
+    me.add_argument("--algo", default="cd-0")
+    me.set_defaults(func=run_memory)
+
+
+def load_calibration(path: str | Path):
+    """(graph, costs, law, measured network) from CAL.json."""
+    from distgnn.scaling.costs import ComputeCosts, GraphShape
+    from distgnn.scaling.network import NetworkModel
+    from distgnn.scaling.replication import ReplicationLaw
+
+    try:
+        d = json.loads(Path(path).read_text())
+        return (GraphShape(**d["graph"]), ComputeCosts.from_dict(d["costs"]),
+                ReplicationLaw.from_dict(d["replication"]), NetworkModel.from_dict(d["network"]))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DistgnnError(f"--calibration {path}: not a calibration file from bench.scaling ({exc})") from None
+
+
+def _papers_law(path: str | Path):
+    from distgnn.scaling.replication import ReplicationLaw
+
+    d = json.loads(Path(path).read_text()).get("papers_replication")
+    return ReplicationLaw.from_dict(d) if d else None
+
+
+def run_predict(args: argparse.Namespace) -> int:
+    from distgnn.scaling.costs import GraphShape, ModelShape
+    from distgnn.scaling.model import speedup_table
+    from distgnn.scaling.network import NetworkModel
+
+    graph, costs, law, measured = load_calibration(args.calibration)
+    papers_law = _papers_law(args.calibration)
+    use_papers = args.replication == "papers" or (
+        args.replication == "auto" and args.graph == "ogbn-papers100M" and papers_law is not None)
+    if use_papers:
+        if papers_law is None:
+            raise DistgnnError(f"--replication papers: {args.calibration} has no papers_replication law")
+        law = papers_law
+    if args.graph:
+        graph = GraphShape(*GRAPHS[args.graph], name=args.graph)
+    if any(v is not None for v in (args.nodes, args.edges, args.feat, args.classes)):
+        if None in (args.nodes, args.edges, args.feat, args.classes):
+            raise DistgnnError("--nodes, --edges, --feat and --classes go together")
+        graph = GraphShape(args.nodes, args.edges, args.feat, args.classes, name="custom")
+    net = measured if args.network == "measured" else NetworkModel()
+    if args.bandwidth_gbps:
+        net.bandwidth = net.allreduce_bandwidth = args.bandwidth_gbps * 1e9 / 8
+        net.source += f"; bandwidth {args.bandwidth_gbps} Gb/s"
+    if args.latency_us:
+        net.latency = net.allreduce_latency = args.latency_us * 1e-6
+        net.source += f"; latency {args.latency_us} us"
+    if min(args.parts) < 1:
+        raise DistgnnError("--parts: every P must be >= 1")
+    rows = speedup_table(graph, ModelShape(args.layers, args.hidden), costs.scaled(args.compute_speedup),
+                         law, net, args.algos, sorted(args.parts), args.ranks_per_node)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(format_table(rows, graph, law, net))
+    return 0
+
+
+def format_table(rows: list[dict], graph, law, net) -> str:
+    lines = [f"graph {graph.name or 'calibration'}: {graph.num_nodes:,} vertices, {graph.num_edges:,} edges; "
+             f"{law.describe()}; network: {net.source} ({net.bandwidth / 1e9:.2f} GB/s, "
+             f"{net.latency * 1e6:.1f} us)", "",
+             "| algo | P | RF | epoch s | speedup | aggregate s | dense s | exchange s | allreduce s | dominant |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['algo']} | {r['P']} | {r['rf']:.2f} | {r['epoch_s']:.4g} | {r['speedup']:.1f} | "
+                     f"{r['aggregate_s']:.3g} | {r['dense_s']:.3g} | {r['exchange_s']:.3g} | "
+                     f"{r['allreduce_s']:.3g} | {r['dominant']} |")
+    return "\n".join(lines)
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    from distgnn.train.memory_estimate import estimate_run_memory
+
+    estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo)
+    for e in estimates:
+        print(f"rank {e.k}: {e.total / 2**20:,.0f} MiB")
+    print(f"max over ranks: {max(e.total for e in estimates) / 2**20:,.0f} MiB")
+    return 0

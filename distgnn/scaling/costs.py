@@ -1,0 +1,135 @@
+"""Compute costs measured on one rank, in units that carry over to other graphs and P.
+
+* aggregation: seconds per (edge x column), over the forward and backward aggregations of every
+  layer (work units ``(edges + r * vertices) * sum_l 2 a_l``, a_l = layer l's aggregation width,
+  r = what one destination row costs in edges: :func:`measure_row_cost`, on the same graph);
+* dense work: seconds per (vertex x width product), over the linear maps and everything else
+  per vertex (work units ``vertices * sum_l in_l out_l``);
+* copies around an exchange (gather, clone, scatter-add of rows): seconds per float moved
+  (from the microbenchmark).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from distgnn.train.memory_estimate import layer_widths
+
+
+@dataclass
+class GraphShape:
+    """What the model needs of a graph."""
+
+    num_nodes: int
+    num_edges: int    #: directed edges the aggregation runs over
+    feat_dim: int
+    num_classes: int
+    name: str = ""
+
+
+@dataclass
+class ModelShape:
+    layers: int = 3
+    hidden: int = 256
+
+    def widths(self, graph: GraphShape) -> list[tuple[int, int, int]]:
+        return layer_widths(graph.feat_dim, self.hidden, graph.num_classes, self.layers)
+
+    def agg_units(self, graph: GraphShape) -> int:
+        """Columns aggregated per edge per epoch (forward and backward of every layer)."""
+        return sum(2 * a for _, _, a in self.widths(graph))
+
+    def dense_units(self, graph: GraphShape) -> int:
+        """Width products per vertex per epoch (sum over layers of in x out)."""
+        return sum(i * o for i, o, _ in self.widths(graph))
+
+    def num_parameters(self, graph: GraphShape) -> int:
+        return sum(2 * i * o + o for i, o, _ in self.widths(graph))
+
+
+@dataclass
+class ComputeCosts:
+    agg_s_per_edge_col: float
+    dense_s_per_vertex_unit: float
+    copy_s_per_float: float = 0.0
+    overhead_s: float = 0.0        #: per-epoch time not in the parts above (P = 1)
+    threads: int = 1
+    #: slowdown of aggregation / dense work when ranks share one machine (measured with two
+    #: ranks computing at once; 1 when every rank has its own socket)
+    concurrency_agg: float = 1.0
+    concurrency_dense: float = 1.0
+    #: one destination row of the aggregation costs as much as this many edges
+    agg_row_per_edge: float = 0.0
+
+    def scaled(self, speedup: float) -> "ComputeCosts":
+        """The same costs on hardware ``speedup`` times faster at compute and copies."""
+        return ComputeCosts(self.agg_s_per_edge_col / speedup, self.dense_s_per_vertex_unit / speedup,
+                            self.copy_s_per_float / speedup, self.overhead_s / speedup, self.threads,
+                            self.concurrency_agg, self.concurrency_dense, self.agg_row_per_edge)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ComputeCosts":
+        return cls(**d)
+
+
+def fit_costs(records: list[dict], graph: GraphShape, model: ModelShape, copy_s_per_float: float = 0.0,
+              threads: int = 1, concurrency_agg: float = 1.0, concurrency_dense: float = 1.0,
+              agg_row_per_edge: float = 0.0) -> ComputeCosts:
+    """Costs from a P = 1 run's steady-state ``metrics.jsonl`` records (median over epochs)."""
+    agg = float(np.median([r["time_aggregate_s"] for r in records]))
+    dense = float(np.median([r["time_dense_s"] for r in records]))
+    total = float(np.median([r["epoch_time_s"] for r in records]))
+    rest = max(total - agg - dense, 0.0)
+    edges = graph.num_edges + agg_row_per_edge * graph.num_nodes
+    return ComputeCosts(agg_s_per_edge_col=agg / (edges * model.agg_units(graph)),
+                        dense_s_per_vertex_unit=dense / (graph.num_nodes * model.dense_units(graph)),
+                        copy_s_per_float=copy_s_per_float, overhead_s=rest, threads=threads,
+                        concurrency_agg=concurrency_agg, concurrency_dense=concurrency_dense,
+                        agg_row_per_edge=agg_row_per_edge)
+
+
+def half_edges(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The CSR keeping every other edge of each row (same vertices, about half the edges)."""
+    deg = np.diff(indptr)
+    position = np.arange(len(indices)) - np.repeat(indptr[:-1], deg)
+    keep = position % 2 == 0
+    new_indptr = np.zeros_like(indptr)
+    np.cumsum((deg + 1) // 2, out=new_indptr[1:])
+    return new_indptr, np.ascontiguousarray(indices[keep])
+
+
+def measure_row_cost(indptr: np.ndarray, indices: np.ndarray, width: int = 256, threads: int = 1,
+                     repeats: int = 5) -> tuple[float, float, float]:
+    """What one destination row of the aggregation kernel costs, in edges, on this graph:
+    ``t = c (E + r N)`` timed on the graph and on its half-edge version (same N) gives r.
+    Returns (r, t_full s, t_half s), times the minimum over ``repeats``."""
+    import time
+
+    import torch
+
+    from distgnn import ops
+
+    n = len(indptr) - 1
+    x = torch.randn(n, width)
+    half = half_edges(indptr, indices)
+
+    def timed(ip: np.ndarray, ix: np.ndarray) -> float:
+        ip_t, ix_t = torch.from_numpy(ip), torch.from_numpy(ix)
+        ops.aggregate(ip_t, ix_t, x, norm="sum", threads=threads)  # warm-up: first touch of pages
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            ops.aggregate(ip_t, ix_t, x, norm="sum", threads=threads)
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    full_t, half_t = timed(indptr, indices), timed(*half)
+    e_full, e_half = len(indices), len(half[1])
+    # c (e_full + r n) = full_t, c (e_half + r n) = half_t
+    c = (full_t - half_t) / max(e_full - e_half, 1)
+    r = (full_t / c - e_full) / n if c > 0 else 0.0
+    return max(r, 0.0), full_t, half_t

@@ -1,0 +1,155 @@
+"""MPI microbenchmark (run under ``mpiexec -n 2``): ping-pong, Alltoallv and Allreduce times
+against message size, and the copy cost around an exchange (clone, gather, scatter-add of rows).
+
+    mpiexec -n 2 python -m distgnn.scaling.microbench OUT.json [--repeats 11]
+
+Rank 0 writes ``{"pingpong"|"alltoall"|"allreduce": {"bytes": [...], "seconds": [...]},
+"copy_s_per_float": x, "concurrency_agg": s, "concurrency_dense": s, "network": NetworkModel
+fitted}``; times are medians over repeats. The concurrency figures are how much slower a rank
+computes while the other rank computes too (1 when ranks do not share a machine).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def _median_time(fn, repeats: int, comm) -> float:
+    times = []
+    for _ in range(repeats):
+        comm.Barrier()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    # the slower rank sets the collective's time
+    return float(comm.allreduce(float(np.median(times)), op=__import__("mpi4py").MPI.MAX))
+
+
+def run(out: Path, repeats: int = 11) -> dict:
+    from mpi4py import MPI
+
+    from distgnn.comm import Communicator, RowPlan
+    from distgnn.scaling.network import fitted_network
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if size != 2:
+        raise SystemExit("microbench: run under mpiexec -n 2")
+    sizes = [8 * 4 ** i for i in range(12)]  # 8 B ... 33.5 MB
+    result: dict = {"pingpong": {"bytes": [], "seconds": []}, "alltoall": {"bytes": [], "seconds": []},
+                    "allreduce": {"bytes": [], "seconds": []}}
+    for nbytes in sizes:
+        buf = np.zeros(nbytes // 4, dtype=np.float32)
+
+        def pingpong() -> None:
+            if rank == 0:
+                comm.Send(buf, dest=1)
+                comm.Recv(buf, source=1)
+            else:
+                comm.Recv(buf, source=0)
+                comm.Send(buf, dest=0)
+        t = _median_time(pingpong, repeats, comm) / 2
+        result["pingpong"]["bytes"].append(nbytes)
+        result["pingpong"]["seconds"].append(t)
+    wrapper = Communicator(comm)
+    width = 64
+    for nbytes in sizes[3:]:
+        rows = max(1, nbytes // (4 * width))
+        x = torch.randn(rows, width)
+        # every row goes to the other rank, and as many come back: one exchange of S bytes each way
+        offsets = np.array([0, 0, rows] if rank == 0 else [0, rows, rows], dtype=np.int64)
+        plan = RowPlan(torch.arange(rows), offsets)
+        t = _median_time(lambda: wrapper.exchange_rows(x, plan, plan, "bench"), repeats, comm)
+        result["alltoall"]["bytes"].append(rows * width * 4)
+        result["alltoall"]["seconds"].append(t)
+    for nbytes in sizes[2:]:
+        g = np.ones(nbytes // 4, dtype=np.float32)
+        t = _median_time(lambda: comm.Allreduce(MPI.IN_PLACE, g, op=MPI.SUM), repeats, comm)
+        result["allreduce"]["bytes"].append(nbytes)
+        result["allreduce"]["seconds"].append(t)
+    # copies around an exchange, as in cd-0's reduce-broadcast: clone [n, w], gather and scatter rows
+    n, w = 200_000, 64
+    x = torch.randn(n, w)
+    ids = torch.randperm(n)[: n // 4]
+
+    def copies() -> None:
+        total = x.clone()
+        rows = total[ids]
+        total.index_add_(0, ids, rows)
+        total[ids] = rows
+    t = _median_time(copies, repeats, comm)
+    result["copy_s_per_float"] = t / (n * w + 3 * len(ids) * w)
+    result.update(concurrency(comm, repeats))
+    net = fitted_network(result["pingpong"], result["alltoall"], result["allreduce"])
+    result["network"] = net.to_dict()
+    if rank == 0:
+        out.write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _quiet_wait(comm) -> None:
+    """Wait for the other rank without spinning a core (MPI's blocking calls busy-poll)."""
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(0.005)
+
+
+def concurrency(comm, repeats: int) -> dict:
+    """Slowdown of one rank's compute when both ranks compute at once on this machine (shared
+    cores, caches and memory bandwidth), for the aggregation kernel and for dense work:
+    ``{"concurrency_agg": t_both / t_alone, "concurrency_dense": ...}``."""
+    from distgnn import ops
+
+    rank = comm.Get_rank()
+    rng = np.random.default_rng(rank)
+    n, deg, w = 50_000, 40, 128
+    indptr = torch.arange(0, (n + 1) * deg, deg, dtype=torch.int64)
+    indices = torch.from_numpy(rng.integers(0, n, n * deg).astype(np.int32))
+    x = torch.randn(n, w)
+    weight = torch.randn(w, w)
+
+    def agg() -> None:
+        ops.aggregate(indptr, indices, x, norm="sum", threads=1)
+
+    def dense() -> None:
+        torch.relu(x @ weight).sum()
+
+    def timed(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return float(np.median(times))
+
+    out = {}
+    for name, fn in (("agg", agg), ("dense", dense)):
+        alone = timed(fn) if rank == 0 else 0.0
+        _quiet_wait(comm)
+        both = timed(fn)
+        _quiet_wait(comm)
+        alone, both = comm.bcast(alone), comm.allreduce(both, op=__import__("mpi4py").MPI.MAX)
+        out[f"concurrency_{name}"] = max(both / alone, 1.0)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m distgnn.scaling.microbench")
+    p.add_argument("out")
+    p.add_argument("--repeats", type=int, default=11)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    run(Path(args.out), args.repeats)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Epoch time of one training run at P ranks, per algorithm (DESIGN section 6's message pattern).
+
+Per rank (the slowest one sets the epoch):
+
+* vertices n = RF(P) N / P * vertex balance; edges m = E / P * edge balance;
+  leaf rows exchanged L = (RF(P) - 1) N / P (every replica beyond the first is a leaf);
+* aggregation ``(m + r n) * sum_l 2 a_l * c_agg`` (r: a row's cost in edges); dense ``n * sum_l in_l out_l * c_dense``;
+* cd-0: per layer, forward and backward, two Alltoallv of L a_l 4 bytes per rank, plus the copies
+  around them (clone of [n, a_l], gather/scatter of 4 L a_l floats);
+* cd-r: forward only, 1/r of the rows, posted non-blocking and waited r steps later: counted as
+  latency plus the copies of 1/r of the rows (the transfer itself is taken as hidden behind compute);
+* 0c: no exchange;
+* every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead;
+* ranks sharing one machine (``ranks_per_node`` > 1) compute slower by the measured concurrency
+  factors (shared cores, caches, memory bandwidth); one rank per socket: factor 1.
+
+Speedup is T(1) / T(P) with the same costs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from distgnn.scaling.costs import ComputeCosts, GraphShape, ModelShape
+from distgnn.scaling.network import NetworkModel
+from distgnn.scaling.replication import ReplicationLaw
+from distgnn.train.algorithms import parse_algorithm
+
+F32 = 4
+
+
+@dataclass
+class EpochPrediction:
+    parts: int
+    algo: str
+    replication_factor: float
+    aggregate_s: float
+    dense_s: float
+    exchange_s: float
+    allreduce_s: float
+    overhead_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.aggregate_s + self.dense_s + self.exchange_s + self.allreduce_s + self.overhead_s
+
+    def dominant(self) -> str:
+        parts = {"aggregation": self.aggregate_s, "dense": self.dense_s, "exchange": self.exchange_s,
+                 "allreduce": self.allreduce_s}
+        return max(parts, key=parts.get)
+
+
+def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, costs: ComputeCosts,
+                  law: ReplicationLaw, net: NetworkModel, rf: float | None = None,
+                  ranks_per_node: int = 1) -> EpochPrediction:
+    """Predicted epoch of ``algo`` at ``parts`` ranks (``rf`` overrides the law's RF(P));
+    ``ranks_per_node`` ranks share each machine."""
+    a = parse_algorithm(algo)
+    rf = 1.0 if parts == 1 else float(rf if rf is not None else law(parts))
+    n = rf * graph.num_nodes / parts * (law.vertex_balance if parts > 1 else 1.0)
+    m = graph.num_edges / parts * (law.edge_balance if parts > 1 else 1.0)
+    leaves = (rf - 1.0) * graph.num_nodes / parts
+    widths = model.widths(graph)
+    shared = min(parts, ranks_per_node) > 1
+    aggregate = (m + costs.agg_row_per_edge * n) * model.agg_units(graph) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
+    dense = n * model.dense_units(graph) * costs.dense_s_per_vertex_unit * (costs.concurrency_dense if shared else 1.0)
+    exchange = 0.0
+    if a.exchange and parts > 1:
+        for _, _, w in widths:
+            if a.delay == 0:
+                one = 2 * net.alltoallv(parts, leaves * w * F32) + costs.copy_s_per_float * (n * w + 4 * leaves * w)
+                exchange += 2 * one  # forward and backward (the adjoint)
+            else:
+                exchange += 2 * (parts - 1) * net.latency + costs.copy_s_per_float * 3 * leaves * w / a.delay
+    allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)
+    return EpochPrediction(parts, algo, rf, aggregate, dense, exchange, allreduce, costs.overhead_s)
+
+
+def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law: ReplicationLaw,
+                  net: NetworkModel, algos: list[str], parts: list[int], ranks_per_node: int = 1) -> list[dict]:
+    """One row per (algo, P): the prediction's parts, total and speedup over P = 1 (cd-0 at P = 1
+    is the single-socket reference for every algorithm: at P = 1 they coincide)."""
+    base = predict_epoch(1, "cd-0", graph, model, costs, law, net).total_s
+    rows = []
+    for algo in algos:
+        for p in parts:
+            e = predict_epoch(p, algo, graph, model, costs, law, net, ranks_per_node=ranks_per_node)
+            rows.append({"algo": algo, "P": p, "rf": e.replication_factor, "epoch_s": e.total_s,
+                         "speedup": base / e.total_s, "aggregate_s": e.aggregate_s, "dense_s": e.dense_s,
+                         "exchange_s": e.exchange_s, "allreduce_s": e.allreduce_s, "dominant": e.dominant()})
+    return rows

@@ -1,0 +1,230 @@
+"""Per-rank memory estimate of a training run, from the partition's attributes and the model shape.
+
+``estimate_rank_memory(partdir, k, layers, hidden, algo)`` is the figure the launcher checks before
+starting ``distgnn train`` (it reads only attributes: no array is loaded). Components, in bytes:
+
+* ``baseline``: the interpreter with torch, mpi4py, zarr and the native module imported (measured:
+  :func:`measure_baseline`; the default was measured on the development machine);
+* ``features``: feat float32 [n_k, F], labels, masks;
+* ``graph``: CSR and its transpose (int64 indptr, int32 indices), ids, degrees, communication plans;
+* ``activations``: tensors autograd keeps between forward and backward (ReLU output and dropout
+  output of every hidden layer, the logits) plus the working set of the widest layer (its local
+  aggregate, exchanged total, scaled mean, both linear outputs and, in backward, their gradients);
+* ``exchange``: cd-0's send/receive rows of one aggregation; for cd-r, every layer's remote part R
+  [n_k, w] and the payloads in flight (r steps of leaf->root and root->leaf rows);
+* ``optimizer``: parameters, gradients, the flat all-reduce buffer and Adam's two moments.
+
+Calibrated against measured ``peak_rss_bytes`` (``bench/full_size.py`` prints the ratio); the
+constants below name the counts of [n_k, width] float32 tensors they stand for.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from distgnn.errors import DistgnnError
+
+#: RSS of ``python -c "import torch, mpi4py.MPI, zarr, distgnn._native, distgnn.train.trainer"``
+#: measured on the development machine (241 MiB; 2-core Xeon, torch 2.13 CPU): measure_baseline().
+DEFAULT_BASELINE_BYTES = 241 * 2**20
+#: What a rank holds beyond its imports before any graph-sized tensor (torch's and OpenMP's
+#: thread pools, lazily loaded kernels, MPI's shared-memory segments): fitted on runs at two
+#: graph sizes (synth-reddit 0.05 and 0.2, P = 1), as the intercept of measured peak RSS.
+RUNTIME_OVERHEAD_BYTES = 90 * 2**20
+#: [n_k, w] float32 tensors autograd keeps per hidden layer: ReLU output, dropout output.
+SAVED_PER_HIDDEN_LAYER = 2
+#: [n_k, w] tensors alive at once inside the widest layer beyond the saved ones (in forward the
+#: local aggregate and the scaled mean; in backward the gradient and its transpose aggregate), in
+#: units of the layer's width; fitted as the slope of measured peak RSS against n_k (P = 1).
+WORKING_SET_TENSORS = 2
+#: Allocator slack: freed blocks below glibc's mmap threshold, torch's per-op temporaries.
+SLACK = 1.10
+
+
+@dataclass
+class MemoryEstimate:
+    """One rank's estimated peak resident memory, by component (bytes)."""
+
+    k: int
+    baseline: int
+    features: int
+    graph: int
+    activations: int
+    exchange: int
+    optimizer: int
+
+    @property
+    def total(self) -> int:
+        body = self.features + self.graph + self.activations + self.exchange + self.optimizer
+        return int(self.baseline + RUNTIME_OVERHEAD_BYTES + SLACK * body)
+
+    def as_dict(self) -> dict[str, int]:
+        return {**asdict(self), "total": self.total}
+
+
+@dataclass
+class PartShape:
+    """The figures of one part the estimate needs (all from ``part_<k>.zarr`` attributes)."""
+
+    n: int              #: local vertices n_k (roots and leaves)
+    m: int              #: local edges m_k
+    feat_dim: int
+    num_classes: int
+    multilabel: bool
+    num_parts: int
+    num_leaves: int     #: leaf replicas on this part (rows this rank sends to roots)
+    num_split: int      #: split vertices with a replica here (leaves + split roots)
+
+
+def _algo_delay(algo: str) -> tuple[bool, int]:
+    """(exchanges at all, delay r) of an algorithm name."""
+    from distgnn.train.algorithms import parse_algorithm
+
+    a = parse_algorithm(algo)
+    return bool(a.exchange), int(a.delay)
+
+
+def layer_widths(feat_dim: int, hidden: int, num_classes: int, layers: int) -> list[tuple[int, int, int]]:
+    """(in, out, aggregation width) per GraphSAGE layer; aggregation runs at the narrower width
+    (fc_neigh before aggregation when it narrows)."""
+    dims = [feat_dim] + [hidden] * (layers - 1) + [num_classes]
+    return [(dims[i], dims[i + 1], dims[i + 1] if dims[i] > dims[i + 1] else dims[i]) for i in range(layers)]
+
+
+def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int) -> int:
+    """GraphSAGE-mean parameter count (fc_neigh and fc_self weights, fc_self bias)."""
+    return sum(2 * i * o + o for i, o, _ in layer_widths(feat_dim, hidden, num_classes, layers))
+
+
+def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int = 0,
+                   baseline: int = DEFAULT_BASELINE_BYTES) -> MemoryEstimate:
+    """The estimate for a part given by its figures (pure arithmetic; see the module docstring)."""
+    f32, i64, i32 = 4, 8, 4
+    n, m = shape.n, shape.m
+    exchanges, delay = _algo_delay(algo)
+    widths = layer_widths(shape.feat_dim, hidden, shape.num_classes, layers)
+    label = n * shape.num_classes * f32 if shape.multilabel else n * i64
+    features = n * shape.feat_dim * f32 + label + 4 * n  # + three masks and is_root
+    plans = 2 * shape.num_leaves * i64 if shape.num_parts > 1 else 0
+    graph = 2 * (n + 1) * i64 + 2 * m * i32 + 2 * n * i64 + 2 * n * f32 + plans
+    saved = sum(SAVED_PER_HIDDEN_LAYER * o for _, o, _ in widths[:-1]) + 2 * shape.num_classes
+    working = max(WORKING_SET_TENSORS * max(a, o) for _, o, a in widths)
+    activations = n * (saved + working) * f32
+    exchange = 0
+    if exchanges and shape.num_parts > 1:
+        widest = max(a for _, _, a in widths)
+        rows = shape.num_split  # leaf rows sent plus root rows received, about one per split vertex
+        exchange = rows * widest * f32
+        if delay > 0:
+            # R [n_k, w] per layer, plus r steps of each message in flight (1/r of the rows each)
+            exchange = sum((n + rows) * a * f32 for _, _, a in widths)
+    params = num_parameters(shape.feat_dim, hidden, shape.num_classes, layers)
+    optimizer = 5 * params * f32
+    return MemoryEstimate(k, int(baseline), int(features), int(graph), int(activations),
+                          int(exchange), int(optimizer))
+
+
+def read_part_shape(partdir: str | os.PathLike, k: int) -> PartShape:
+    """PartShape of ``partdir/part_<k>.zarr`` from its attributes (no array is read)."""
+    import zarr
+
+    path = Path(partdir) / f"part_{k}.zarr"
+    if not path.exists():
+        raise DistgnnError(f"{path}: missing part (expected a partition folder with part_<k>.zarr)")
+    attrs = dict(zarr.open_group(str(path), mode="r").attrs)
+    try:
+        return PartShape(n=int(attrs["n_k"]), m=int(attrs["m_k"]), feat_dim=int(attrs["feat_dim"]),
+                         num_classes=int(attrs["num_classes"]),
+                         multilabel=bool(attrs.get("multilabel", False)), num_parts=int(attrs["P"]),
+                         num_leaves=int(attrs.get("num_leaves", 0)),
+                         num_split=int(attrs.get("num_split", 0)))
+    except KeyError as exc:
+        raise DistgnnError(f"{path}: attribute {exc} missing (rebuild the partition)") from None
+
+
+def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden: int, algo: str,
+                         baseline: int = DEFAULT_BASELINE_BYTES) -> int:
+    """Estimated peak resident bytes of rank ``k`` training ``partdir`` (GraphSAGE ``layers`` x
+    ``hidden``, algorithm ``algo``)."""
+    return estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline).total
+
+
+def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int, algo: str,
+                        baseline: int = DEFAULT_BASELINE_BYTES) -> list[MemoryEstimate]:
+    """The estimate of every rank of a run (one per part); ``max(e.total for e in ...)`` is the
+    figure to compare with the memory per rank."""
+    from distgnn.train.partition_data import read_num_parts
+
+    num_parts = read_num_parts(partdir)
+    return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline)
+            for k in range(num_parts)]
+
+
+def measure_baseline() -> int:
+    """Peak RSS (bytes) of a fresh interpreter that imports what a training rank imports."""
+    code = ("import resource, torch, mpi4py.MPI, zarr, numpy, distgnn._native, distgnn.train.trainer;"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise DistgnnError(f"measuring the interpreter baseline failed: {out.stderr.strip()[-300:]}")
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (bytes); 0 where unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def fits(estimates: list[MemoryEstimate], budget_bytes: int) -> tuple[bool, str]:
+    """Whether all ranks on one machine fit in ``budget_bytes`` together, and a one-line reason."""
+    need = sum(e.total for e in estimates)
+    ok = need <= budget_bytes
+    return ok, (f"needs {need / 2**30:.2f} GiB for {len(estimates)} rank(s) "
+                f"({'<=' if ok else '>'} {budget_bytes / 2**30:.2f} GiB available)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m distgnn.train.memory_estimate PARTDIR --layers L --hidden H --algo A``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m distgnn.train.memory_estimate",
+                                description="Per-rank memory estimate of a training run.")
+    p.add_argument("partdir")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--algo", default="cd-0")
+    p.add_argument("--measure-baseline", action="store_true", help="measure the interpreter baseline")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        baseline = measure_baseline() if args.measure_baseline else DEFAULT_BASELINE_BYTES
+        estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo, baseline)
+    except DistgnnError as exc:
+        print(f"memory_estimate: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([e.as_dict() for e in estimates]))
+        return 0
+    for e in estimates:
+        d = e.as_dict()
+        print(f"rank {e.k}: {d['total'] / 2**20:,.0f} MiB (" + ", ".join(
+            f"{key} {d[key] / 2**20:,.0f}" for key in ("baseline", "features", "graph", "activations",
+                                                     "exchange", "optimizer")) + " MiB)")
+    print(f"max over ranks: {max(e.total for e in estimates) / 2**20:,.0f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

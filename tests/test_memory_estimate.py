@@ -1,0 +1,63 @@
+"""memory_estimate: the components add up, grow with what they must, and refuse bad folders."""
+from __future__ import annotations
+
+import pytest
+
+from distgnn.errors import DistgnnError
+from distgnn.train.memory_estimate import (PartShape, estimate_rank_memory, estimate_shape, fits,
+                                           layer_widths, num_parameters)
+
+
+def shape(n=10_000, m=1_000_000, parts=2, leaves=2_000, split=4_000) -> PartShape:
+    return PartShape(n=n, m=m, feat_dim=602, num_classes=41, multilabel=False, num_parts=parts,
+                     num_leaves=leaves, num_split=split)
+
+
+def test_widths_and_parameters_match_the_model():
+    import torch
+
+    from distgnn.models import GraphSAGE
+
+    assert layer_widths(602, 256, 41, 3) == [(602, 256, 256), (256, 256, 256), (256, 41, 41)]
+    model = GraphSAGE(602, 256, 41, 3, "mean")
+    assert num_parameters(602, 256, 41, 3) == sum(p.numel() for p in model.parameters())
+
+
+def test_components_scale_with_the_part():
+    small = estimate_shape(shape(), 3, 256, "cd-0")
+    big = estimate_shape(shape(n=20_000, m=2_000_000), 3, 256, "cd-0")
+    assert big.features == pytest.approx(2 * small.features, rel=1e-3)
+    assert big.activations == pytest.approx(2 * small.activations, rel=1e-3)
+    assert big.total > small.total > small.baseline
+    # features are n x F float32 plus labels and masks
+    assert small.features >= 10_000 * 602 * 4
+    # cd-r keeps R per layer and payloads in flight: more than cd-0, which is more than 0c
+    zero_c = estimate_shape(shape(), 3, 256, "0c")
+    cd5 = estimate_shape(shape(), 3, 256, "cd-5")
+    assert zero_c.exchange == 0 < small.exchange < cd5.exchange
+    # one part: no exchange buffers whatever the algorithm
+    assert estimate_shape(shape(parts=1), 3, 256, "cd-5").exchange == 0
+    d = small.as_dict()
+    assert d["total"] == small.total
+
+
+def test_fits():
+    e = [estimate_shape(shape(), 2, 64, "cd-0")] * 2
+    ok, reason = fits(e, 10 * 2**30)
+    assert ok and "2 rank(s)" in reason
+    ok, _ = fits(e, e[0].total)
+    assert not ok
+
+
+def test_reads_partition_attrs(tmp_path):
+    import zarr
+
+    with pytest.raises(DistgnnError, match="part_0.zarr"):
+        estimate_rank_memory(tmp_path, 0, 2, 64, "cd-0")
+    g = zarr.open_group(str(tmp_path / "part_0.zarr"), mode="w")
+    g.attrs.update({"n_k": 100, "m_k": 1000, "feat_dim": 8, "num_classes": 3, "P": 1})
+    assert estimate_rank_memory(tmp_path, 0, 2, 64, "cd-0") > 0
+    bad = zarr.open_group(str(tmp_path / "bad" / "part_0.zarr"), mode="w")
+    bad.attrs.update({"n_k": 100})
+    with pytest.raises(DistgnnError, match="m_k"):
+        estimate_rank_memory(tmp_path / "bad", 0, 2, 64, "cd-0")

@@ -1,0 +1,43 @@
+"""The smoke version of bench/full_size.py: a 1% synth-reddit through fetch, partition and train,
+with every run's measured peak memory checked against the launcher's estimate."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(300)
+def test_full_size_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    md = tmp_path / "out.md"
+    cmd = [sys.executable, "-m", "bench.full_size", "--scale", "0.01", "--max-epochs", "2",
+           "--methods", "libra", "--train-parts", "1", "2", "--products-scales",
+           "--work", str(tmp_path / "work"), "--json", str(out), "--markdown", str(md)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    result = json.loads(out.read_text())
+    # one partition per P, with a replication factor that grows with P
+    rf = {p["P"]: p["replication_factor"] for p in result["partitions"]}
+    assert rf[1] == pytest.approx(1.0) and 1.0 < rf[2] < rf[4] <= 4.0
+    runs = {(r["algo"], r["P"]): r for r in result["runs"]}
+    assert set(runs) == {("cd-0", 1), ("cd-0", 2), ("cd-5", 2), ("0c", 2)}
+    for run in runs.values():
+        assert "skipped" not in run
+        # the estimate the launcher uses holds within 1.3x either way
+        assert 1 / 1.3 <= run["peak_rss_bytes"] / run["estimate_bytes"] <= 1.3, run
+    # traffic by kind: cd-0 exchanges both ways, cd-5 forward only (less), 0c gradients only
+    assert runs["cd-0", 1]["bytes_forward"] == 0
+    assert runs["cd-0", 2]["bytes_forward"] > 0 and runs["cd-0", 2]["bytes_backward"] > 0
+    assert 0 < runs["cd-5", 2]["bytes_forward"] < runs["cd-0", 2]["bytes_forward"]
+    assert runs["cd-5", 2]["bytes_backward"] == 0
+    assert runs["0c", 2]["bytes_forward"] == 0 and runs["0c", 2]["bytes_gradients"] > 0
+    # memory-scaling table covers P = 1, 2, 4, and the printed tables name every stage
+    assert sorted(m["P"] for m in result["memory_scaling"]) == [1, 2, 4]
+    text = md.read_text()
+    assert "measured/estimate" in text and "train synth-reddit-x0.01 cd-5 P=2" in text

@@ -1,0 +1,141 @@
+"""The scaling model on synthetic inputs: fits recover known parameters, predictions behave."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from distgnn.errors import DistgnnError
+from distgnn.scaling.costs import ComputeCosts, GraphShape, ModelShape, fit_costs
+from distgnn.scaling.model import predict_epoch, speedup_table
+from distgnn.scaling.network import NetworkModel, fit_latency_bandwidth, fitted_network
+from distgnn.scaling.replication import ReplicationLaw, fit_replication
+
+GRAPH = GraphShape(100_000, 5_000_000, 128, 40, name="g")
+MODEL = ModelShape(3, 256)
+
+
+def test_replication_law_recovers_known_parameters():
+    parts = [1, 2, 4, 8, 16]
+    a, b = 0.7, 0.55
+    rf = [1.0 + a * (p - 1) ** b for p in parts]
+    law = fit_replication(parts, rf, [1.0, 1.01, 1.02, 1.03, 1.05], [1.0, 1.1, 1.0, 1.0, 1.2])
+    assert law.a == pytest.approx(a, rel=1e-9) and law.b == pytest.approx(b, rel=1e-9)
+    assert max(abs(r) for r in law.residuals) < 1e-9
+    assert law.edge_balance == pytest.approx(1.05) and law.vertex_balance == pytest.approx(1.2)
+    assert law(1) == 1.0 and law(128) == pytest.approx(1 + a * 127 ** b)
+    # noisy measurements: residuals are reported, not zero
+    noisy = fit_replication(parts, [r * (1 + e) for r, e in zip(rf, [0, 0.03, -0.02, 0.02, -0.03])])
+    assert max(abs(r) for r in noisy.residuals) > 1e-3
+    # capped at P: never more replicas than parts
+    assert ReplicationLaw(a=5.0, b=1.0)(3) == 3.0
+
+
+def test_replication_law_needs_two_points():
+    with pytest.raises(DistgnnError):
+        fit_replication([1, 2], [1.0, 1.5])
+
+
+def test_latency_bandwidth_fit_recovers_known_values():
+    sizes = [2 ** k for k in range(3, 26, 2)]
+    lat, bw = 3e-6, 5e9
+    lat_fit, bw_fit = fit_latency_bandwidth(sizes, [lat + s / bw for s in sizes])
+    assert lat_fit == pytest.approx(lat, rel=1e-6) and bw_fit == pytest.approx(bw, rel=1e-6)
+    times = {"bytes": sizes, "seconds": [lat + s / bw for s in sizes]}
+    ar = {"bytes": sizes, "seconds": [2 * lat + s / bw for s in sizes]}
+    net = fitted_network(times, times, ar)
+    assert net.latency == pytest.approx(lat, rel=1e-6)
+    assert net.allreduce_latency == pytest.approx(lat, rel=1e-6)
+    # the ring allreduce at P = 2 costs what was measured
+    assert net.allreduce(2, 1e6) == pytest.approx(2 * lat + 1e6 / bw, rel=1e-6)
+    assert net.alltoallv(1, 1e9) == 0.0 and net.allreduce(1, 1e9) == 0.0
+
+
+def test_fit_costs_reproduces_the_fitted_run():
+    records = [{"epoch_time_s": 3.1, "time_aggregate_s": 1.0, "time_dense_s": 2.0}] * 3
+    costs = fit_costs(records, GRAPH, MODEL, copy_s_per_float=1e-9)
+    law = ReplicationLaw(a=0.8, b=0.5)
+    pred = predict_epoch(1, "cd-0", GRAPH, MODEL, costs, law, NetworkModel())
+    assert pred.aggregate_s == pytest.approx(1.0) and pred.dense_s == pytest.approx(2.0)
+    assert pred.total_s == pytest.approx(3.1)
+    assert pred.exchange_s == 0.0 and pred.allreduce_s == 0.0
+
+
+def _costs() -> ComputeCosts:
+    return ComputeCosts(agg_s_per_edge_col=1e-9, dense_s_per_vertex_unit=2e-12, copy_s_per_float=5e-10)
+
+
+def test_predictions_monotone_where_they_must_be():
+    law = ReplicationLaw(a=0.8, b=0.5)
+    net = NetworkModel()
+    parts = [1, 2, 4, 8, 16, 32, 64, 128]
+    rows = speedup_table(GRAPH, MODEL, _costs(), law, net, ["cd-0", "cd-5", "0c"], parts)
+    by = {(r["algo"], r["P"]): r for r in rows}
+    for p in parts[1:]:
+        # less communication, never slower: 0c <= cd-5 <= cd-0
+        assert by["0c", p]["epoch_s"] <= by["cd-5", p]["epoch_s"] <= by["cd-0", p]["epoch_s"]
+        # replication factor grows with P
+        assert by["cd-0", p]["rf"] > by["cd-0", p // 2]["rf"]
+    # all algorithms coincide at P = 1
+    assert by["0c", 1]["epoch_s"] == pytest.approx(by["cd-0", 1]["epoch_s"])
+    # a slower network never speeds cd-0 up; a faster compute never slows it down
+    slow = NetworkModel(latency=1e-4, bandwidth=1e8)
+    for p in parts[1:]:
+        assert predict_epoch(p, "cd-0", GRAPH, MODEL, _costs(), law, slow).total_s >= by["cd-0", p]["epoch_s"]
+        assert predict_epoch(p, "cd-0", GRAPH, MODEL, _costs().scaled(4), law, net).total_s < by["cd-0", p]["epoch_s"]
+    # speedup is sublinear when replication adds work: RF(P) > 1 makes dense work shrink slower than 1/P
+    assert all(by["0c", p]["speedup"] < p for p in parts[1:])
+
+
+def test_exchange_bytes_follow_replication():
+    """cd-0's exchange grows with the leaves (RF - 1) and vanishes without replication."""
+    net = NetworkModel()
+    none = predict_epoch(4, "cd-0", GRAPH, MODEL, _costs(), ReplicationLaw(a=0.0, b=1.0), net, rf=1.0)
+    some = predict_epoch(4, "cd-0", GRAPH, MODEL, _costs(), ReplicationLaw(a=0.0, b=1.0), net, rf=1.5)
+    more = predict_epoch(4, "cd-0", GRAPH, MODEL, _costs(), ReplicationLaw(a=0.0, b=1.0), net, rf=2.5)
+    assert none.exchange_s < some.exchange_s < more.exchange_s
+
+
+def test_cli_predict(tmp_path, capsys):
+    from distgnn.cli import main
+
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"graph": GRAPH.__dict__, "costs": _costs().to_dict(),
+                               "replication": ReplicationLaw(a=0.8, b=0.5).to_dict(),
+                               "network": NetworkModel().to_dict()}))
+    assert main(["scaling-model", "predict", "--calibration", str(cal), "--graph", "ogbn-papers100M",
+                 "--parts", "1", "16", "128", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["P"] for r in rows} == {1, 16, 128}
+    assert main(["scaling-model", "predict", "--calibration", str(tmp_path / "missing.json")]) == 2
+    assert "--calibration" in capsys.readouterr().err
+
+
+def test_concurrency_slowdown_applies_only_to_shared_machines():
+    law = ReplicationLaw(a=0.8, b=0.5)
+    costs = ComputeCosts(1e-9, 2e-12, 5e-10, concurrency_agg=1.5, concurrency_dense=2.0)
+    own = predict_epoch(2, "0c", GRAPH, MODEL, costs, law, NetworkModel(), ranks_per_node=1)
+    shared = predict_epoch(2, "0c", GRAPH, MODEL, costs, law, NetworkModel(), ranks_per_node=2)
+    assert shared.aggregate_s == pytest.approx(1.5 * own.aggregate_s)
+    assert shared.dense_s == pytest.approx(2.0 * own.dense_s)
+    one = predict_epoch(1, "0c", GRAPH, MODEL, costs, law, NetworkModel(), ranks_per_node=2)
+    assert one.dense_s == pytest.approx(predict_epoch(1, "0c", GRAPH, MODEL, costs, law, NetworkModel()).dense_s)
+
+
+def test_half_edges_and_row_cost_split():
+    from distgnn.scaling.costs import half_edges
+
+    indptr = np.array([0, 3, 3, 7, 8], dtype=np.int64)
+    indices = np.arange(8, dtype=np.int32)
+    hp, hi = half_edges(indptr, indices)
+    assert hp.tolist() == [0, 2, 2, 4, 5] and hi.tolist() == [0, 2, 3, 5, 7]
+    # a row cost shifts aggregation time towards parts with many vertices per edge
+    law = ReplicationLaw(a=0.8, b=0.5)
+    records = [{"epoch_time_s": 3.0, "time_aggregate_s": 1.0, "time_dense_s": 2.0}]
+    flat = fit_costs(records, GRAPH, MODEL)
+    rows = fit_costs(records, GRAPH, MODEL, agg_row_per_edge=50.0)
+    p1 = [predict_epoch(1, "0c", GRAPH, MODEL, c, law, NetworkModel()).aggregate_s for c in (flat, rows)]
+    assert p1 == pytest.approx([1.0, 1.0])
+    p4 = [predict_epoch(4, "0c", GRAPH, MODEL, c, law, NetworkModel()).aggregate_s for c in (flat, rows)]
+    assert p4[1] > p4[0]
