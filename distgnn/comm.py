@@ -102,7 +102,8 @@ class Communicator:
         """Sum of a Python number over ranks."""
         return self.comm.allreduce(value, op=MPI.SUM)
 
-    def max(self, value: float | int) -> float | int:
+    def max(self, value: Any) -> Any:
+        """Largest ``value`` over ranks (numbers, or tuples compared element by element)."""
         return self.comm.allreduce(value, op=MPI.MAX)
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
@@ -110,6 +111,14 @@ class Communicator:
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
         return self.comm.bcast(obj, root=root)
+
+    def node_sum_and_min(self, value: int, floor: int) -> tuple[int, int]:
+        """(sum of ``value``, min of ``floor``) over the ranks sharing this rank's machine."""
+        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+        try:
+            return node.allreduce(value, op=MPI.SUM), node.allreduce(floor, op=MPI.MIN)
+        finally:
+            node.Free()
 
     def barrier(self) -> None:
         self.comm.Barrier()

@@ -129,3 +129,16 @@ def test_unwritable_run_folder(two_parts, tmp_path: Path) -> None:
     blocker.write_text("x")
     line = one_line(mpiexec(2, "train", two_parts[1], "--epochs", "1", "--out", blocker / "run"))
     assert "--out" in line
+
+
+@pytest.mark.mpi
+def test_run_that_would_not_fit_is_refused_before_it_starts(two_parts, tmp_path: Path) -> None:
+    # 602 x 3,000,000 weights alone are 7 GB, with their gradient and Adam's moments 29 GB
+    line = one_line(mpiexec(2, "train", two_parts[1], "--hidden", "3000000", "--epochs", "1",
+                            "--out", tmp_path / "run"))
+    assert "would not fit in memory" in line and "GiB" in line
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+    line = one_line(run_cli("launch", two_parts[1], "--executor", "local", "--hidden", "3000000",
+                            "--epochs", "1", "--out", tmp_path / "run", "--log-dir", tmp_path / "logs"))
+    assert "would not fit in memory" in line and "GiB" in line
+    assert not (tmp_path / "logs").exists()  # nothing was submitted

@@ -5,6 +5,7 @@ import argparse
 import time
 
 from distgnn.commands.train import add_train_options
+from distgnn.errors import DistgnnError
 from distgnn.launch import launch, load_preset, num_parts
 from distgnn.launch.submit import EXECUTORS, local_threads
 
@@ -39,6 +40,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_local_memory(args: argparse.Namespace) -> None:
+    """Refuse before submitting a local run whose ranks together would not fit in this machine's
+    available memory (the trainer checks again on every machine it lands on, Slurm included)."""
+    from distgnn.train.memory_estimate import available_memory_bytes, estimate_run_memory, fits
+
+    available = available_memory_bytes()
+    if not available:
+        return
+    ok, reason = fits(estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo), available)
+    if not ok:
+        raise DistgnnError(f"{args.partdir}: the run would not fit in memory: {reason} (estimate from "
+                           f"the partition attributes; --skip-memory-check starts it anyway)")
+
+
 def train_argv(args: argparse.Namespace, threads: int) -> list[str]:
     """The ``distgnn train`` command every rank runs, from the launch options."""
     argv = ["distgnn", "train", args.partdir]
@@ -62,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
         threads = int(preset.get("cpus_per_task", 1))
     else:
         threads = local_threads(preset, ranks)
+    if args.executor != "slurm" and not args.skip_memory_check:
+        check_local_memory(args)
     start = time.perf_counter()
     result = launch(train_argv(args, threads), ranks, args.executor, preset, args.log_dir,
                     job_name=f"distgnn-{args.algo}-P{ranks}", grace_s=args.grace)

@@ -54,6 +54,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     resume: bool = False
     threads: int = 0
+    memory_check: bool = True
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change)."""
@@ -106,6 +107,8 @@ class Trainer:
         if self.comm.size != num_parts:
             raise CollectiveError(f"{self.partition_dir} has {num_parts} parts but {self.comm.size} "
                                f"ranks were started (run mpiexec -n {num_parts} or srun -n {num_parts})")
+        if config.memory_check:
+            self._check_memory()
         self.part: PartitionData = load_partition(self.partition_dir, self.comm.rank)
         self._check_consistency()
         attrs = self.part.attrs
@@ -132,6 +135,22 @@ class Trainer:
         self.start_epoch = 0
 
     # -- checks --------------------------------------------------------------------------
+    def _check_memory(self) -> None:
+        """Refuse, before loading anything, a run whose ranks on some machine would need more
+        memory than it has available (per-rank estimate from the partition attributes)."""
+        from distgnn.train.memory_estimate import available_memory_bytes, estimate_rank_memory
+
+        c = self.config
+        mine = estimate_rank_memory(self.partition_dir, self.comm.rank, c.layers, c.hidden, c.algo)
+        need, available = self.comm.node_sum_and_min(mine, available_memory_bytes())
+        ratio, need, available = self.comm.max((need / max(available, 1), need, available))
+        if available and ratio > 1.0:
+            raise CollectiveError(
+                f"the run would not fit in memory: the ranks on one machine need an estimated "
+                f"{need / 2**30:.2f} GiB but {available / 2**30:.2f} GiB are available (estimate from "
+                f"the partition attributes; use more machines, more parts or a smaller --hidden, or "
+                f"--skip-memory-check)")
+
     def _check_consistency(self) -> None:
         """All parts come from the same graph store, assignment and P; the graph is unchanged."""
         attrs = self.part.attrs
