@@ -188,6 +188,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--libs", nargs="+", default=list(LIBS))
+    parser.add_argument("--mem-limit-gb", type=float, default=10.0,
+                        help="address-space limit per library process (shared machine)")
     parser.add_argument("--child", nargs=2, metavar=("LIB", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -209,10 +211,21 @@ def main() -> None:
         forwarded = ["--feat", str(args.feat), "--classes", str(args.classes), "--hidden", str(args.hidden),
                      "--aggregator", args.aggregator, "--threads", str(args.threads),
                      "--epochs", str(args.epochs)]
+        failed: Dict[str, str] = {}
+        limit = int(args.mem_limit_gb * 2 ** 30)
+
+        def set_limit() -> None:  # a child that runs out fails alone (no OOM killer)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
         for _ in range(args.rounds):
             for lib in args.libs:
+                if lib in failed:
+                    continue
                 out = subprocess.run([sys.executable, "-m", "bench.epoch", *forwarded, "--child", lib, data],
-                                     capture_output=True, text=True, check=True)
+                                     capture_output=True, text=True, preexec_fn=set_limit)
+                if out.returncode != 0:
+                    failed[lib] = (out.stderr.strip().splitlines() or ["?"])[-1][:80]
+                    continue
                 r = json.loads(out.stdout.strip().splitlines()[-1])
                 if lib not in results or r["epoch_s"] < results[lib]["epoch_s"]:
                     results[lib] = {**r, "peak_rss_gb": max(r["peak_rss_gb"],
@@ -226,6 +239,8 @@ def main() -> None:
     for lib, r in results.items():
         rows.append([lib, f"{r['epoch_s']:.2f}", f"{base / r['epoch_s']:.2f}x" if base else "-",
                      f"{r['aggregate_s']:.2f}", f"{r['dense_s']:.2f}", f"{r['peak_rss_gb']:.2f}"])
+    for lib, why in failed.items():
+        rows.append([lib, f"failed: {why}", "-", "-", "-", "-"])
     print(markdown_table(["model", "epoch s", "vs DGL", "aggregation s", "dense s", "peak RSS GB"], rows))
 
 
