@@ -16,7 +16,9 @@
 // * vectorised inner loops (fixed-width blocks unrolled at compile time), compiled for AVX-512,
 //   AVX2 and baseline x86-64 and picked at run time (portable build), or for the build machine
 //   only when DISTGNN_NATIVE_ARCH is defined.
-// * optional software prefetch of the source row `prefetch` edges ahead.
+// * software prefetch of the source row `prefetch` edges ahead (default 16), across row ends.
+// * source tiling when rows are sorted: all threads sweep one (column block, source range) at a
+//   time so the gathered rows are shared in the last-level cache (auto_tiles picks the count).
 #pragma once
 #include <algorithm>
 #include <climits>
