@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import resource
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import torch
@@ -74,7 +74,8 @@ def _pyg_cases(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor,
     return cases
 
 
-def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int) -> List[List[str]]:
+def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
+                        only: Optional[List[str]] = None) -> List[List[str]]:
     ip_np, ix_np = bench_graph(name)
     indptr, indices = torch.from_numpy(ip_np), torch.from_numpy(ix_np)
     n, m = indptr.numel() - 1, indices.numel()
@@ -110,6 +111,8 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int) -> List
         "plain OpenMP row loop (ours without all four)": ours(tiles=1, prefetch=0, block=256,
                                                               chunk_edges=m + n),
     }
+    if only:
+        libraries = {k: v for k, v in libraries.items() if k in only}
     cases = {f"{lib}|{d}": fn for lib, fns in libraries.items() for d, fn in fns.items()}
     for key, fn in list(cases.items()):  # warm up (lazy formats, page faults); drop what fails
         try:
@@ -126,7 +129,7 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int) -> List
     for lib in libraries:
         row = [name, lib]
         for d in ("fwd", "bwd"):
-            t = best[f"{lib}|{d}"]
+            t = best.get(f"{lib}|{d}", float("nan"))
             if f"{lib}|{d}" in failed or f"{lib}|{d}" not in best:
                 why = failed.get(f"{lib}|{d}", "skipped: autograd materialises E x F")
                 row += [why, "-", "-"]
@@ -142,6 +145,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="ours and DGL only (and ours untiled)")
     parser.add_argument("--mem-limit-gb", type=float, default=14.0,
                         help="address-space limit, so a baseline that materialises E x F messages "
                              "fails alone instead of waking the OOM killer on a shared machine")
@@ -154,7 +158,8 @@ def main() -> None:
           f"(m*F*4 + index bytes + output bytes) / time\n", flush=True)
     for name in args.graphs:  # one table per graph, printed as soon as it is measured
         before = stream_triad(args.threads)
-        rows = bench_graph_kernels(name, args.dim, args.threads, args.repeats)
+        only = ["ours", "DGL 1.1.3 update_all(copy_u, sum)", "ours, no source tiling"] if args.quick else None
+        rows = bench_graph_kernels(name, args.dim, args.threads, args.repeats, only)
         after = stream_triad(args.threads)
         print(f"{name}: STREAM triad (float32, torch, {args.threads} threads) before/after: "
               f"{before:.1f} / {after:.1f} GB/s\n")
