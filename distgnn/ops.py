@@ -58,15 +58,27 @@ class _Graph:
         if self.bound < 0:
             raise DistgnnError("aggregate: indices must be non-negative")
         self.local_degree = (indptr[1:] - indptr[:-1])
-        self._transposes: dict[int, Tuple[torch.Tensor, torch.Tensor]] = {}
+        self.sorted = rows_sorted(indptr, indices)
+        self._transposes: dict[int, Tuple[torch.Tensor, torch.Tensor, bool]] = {}
 
-    def transpose(self, n_src: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    def transpose(self, n_src: int) -> Tuple[torch.Tensor, torch.Tensor, bool]:
+        """(t_indptr, t_indices, sorted) of the CSR by source (csr_transpose sorts its rows)."""
         if n_src not in self._transposes:
             t_indptr = torch.empty(n_src + 1, dtype=torch.int64)
             t_indices = torch.empty(self.indices.numel(), dtype=self.indices.dtype)
             _native.csr_transpose(self.indptr, self.indices, n_src, t_indptr, t_indices)
-            self._transposes[n_src] = (t_indptr, t_indices)
+            self._transposes[n_src] = (t_indptr, t_indices, True)
         return self._transposes[n_src]
+
+
+def rows_sorted(indptr: torch.Tensor, indices: torch.Tensor) -> bool:
+    """Whether every row's indices ascend (lets the kernel tile sources)."""
+    if indices.numel() < 2:
+        return True
+    ok = indices[1:] >= indices[:-1]
+    ends = indptr[1:-1] - 1  # comparisons across a row boundary do not count
+    ok[ends[(ends >= 0) & (ends < ok.numel())]] = True
+    return bool(ok.all())
 
 
 # Keyed by id() of the indices tensor, with weak references to both tensors: the entry, with its
@@ -99,24 +111,27 @@ def row_scale(norm: str, degree: torch.Tensor, dtype: torch.dtype) -> Optional[t
 
 
 def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Optional[torch.Tensor],
-         self_term: Optional[torch.Tensor], threads: int = 0, **tuning: int) -> torch.Tensor:
+         self_term: Optional[torch.Tensor], threads: int = 0, sorted: bool = False,
+         **tuning: int) -> torch.Tensor:
     """y[v] = scale[v] * (sum_{u in row v} x[u] + self_term[v]) (no checks, no autograd).
 
     x [n_src, F]; result [len(indptr) - 1, F]; self_term covers the first len(self_term) rows.
-    ``tuning``: chunk_edges, block, prefetch (see native/include/distgnn/aggregate.hpp)."""
+    ``sorted``: rows ascend (allows source tiling). ``tuning``: chunk_edges, block, prefetch,
+    tiles (see native/include/distgnn/aggregate.hpp)."""
     y = torch.empty(indptr.numel() - 1, x.shape[1], dtype=x.dtype)
-    _native.aggregate_spmm(indptr, indices, x, y, scale, self_term, _threads(threads), **tuning)
+    _native.aggregate_spmm(indptr, indices, x, y, scale, self_term, _threads(threads),
+                           sorted=sorted, **tuning)
     return y
 
 
 class _Aggregate(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, graph: _Graph, scale: Optional[torch.Tensor], gcn: bool,
-                threads: int, t_graph: Optional[Tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+                threads: int, t_graph: Optional[Tuple[torch.Tensor, torch.Tensor, bool]]) -> torch.Tensor:
         ctx.graph, ctx.scale, ctx.gcn, ctx.threads, ctx.t_graph = graph, scale, gcn, threads, t_graph
         ctx.n_src = x.shape[0]
         x = x.contiguous()
-        return spmm(graph.indptr, graph.indices, x, scale, x if gcn else None, threads)
+        return spmm(graph.indptr, graph.indices, x, scale, x if gcn else None, threads, graph.sorted)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
@@ -125,8 +140,8 @@ class _Aggregate(torch.autograd.Function):
         g = grad.contiguous()
         if ctx.scale is not None:
             g = g * ctx.scale.unsqueeze(1)
-        t_indptr, t_indices = ctx.t_graph if ctx.t_graph is not None else ctx.graph.transpose(ctx.n_src)
-        gx = spmm(t_indptr, t_indices, g, None, g if ctx.gcn else None, ctx.threads)
+        t_indptr, t_indices, t_sorted = ctx.t_graph if ctx.t_graph is not None else ctx.graph.transpose(ctx.n_src)
+        gx = spmm(t_indptr, t_indices, g, None, g if ctx.gcn else None, ctx.threads, t_sorted)
         return gx, None, None, None, None, None
 
 
@@ -171,7 +186,7 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
                 or t_indices.dtype != graph.indices.dtype or t_indices.numel() != graph.indices.numel()):
             raise DistgnnError(f"aggregate: transpose must be (int64 [{n_src + 1}], "
                                f"{graph.indices.dtype} [{graph.indices.numel()}])")
-        t_graph = (t_indptr, t_indices)
+        t_graph = (t_indptr, t_indices, rows_sorted(t_indptr, t_indices))
     return _Aggregate.apply(x, graph, scale, norm == "gcn", threads, t_graph)
 
 

@@ -80,18 +80,30 @@ def test_global_degree_and_stored_transpose(norm: str) -> None:
     torch.testing.assert_close(gx, g_ref)
 
 
-@pytest.mark.parametrize("block", [8, 16, 32, 64, 128, 256])
+@pytest.mark.parametrize("tiles", [1, 3, 200])
+@pytest.mark.parametrize("block", [8, 32, 64, 256])
 @pytest.mark.parametrize("chunk_edges", [1, 50, 100_000])
-def test_tuning_options_and_hub_rows(block: int, chunk_edges: int) -> None:
-    """Every column block, hub rows cut into many pieces (chunk_edges small), prefetch on."""
+def test_tuning_options_and_hub_rows(block: int, chunk_edges: int, tiles: int) -> None:
+    """Every column block, hub rows cut into many pieces (chunk_edges small), prefetch on, source
+    tiles (rows sorted) including more tiles than sources."""
     indptr, indices = power_law_graph(150, 150, 5000, seed=block)
-    x = torch.randn(150, 70)
-    s = torch.rand(150)
-    y = ops.spmm(indptr, indices, x, s, x[:100], 2, chunk_edges=chunk_edges, block=block, prefetch=3)
+    for v in range(150):  # sort rows
+        indices[indptr[v]:indptr[v + 1]] = indices[indptr[v]:indptr[v + 1]].sort().values
+    assert ops.rows_sorted(indptr, indices)
+    x = torch.randn(150, 70, dtype=torch.float64)
+    s = torch.rand(150, dtype=torch.float64)
+    y = ops.spmm(indptr, indices, x, s, x[:100], 2, sorted=True, chunk_edges=chunk_edges,
+                 block=block, prefetch=3, tiles=tiles)
     dst = torch.repeat_interleave(torch.arange(150), indptr[1:] - indptr[:-1])
-    expect = torch.zeros(150, 70).index_add_(0, dst, x[indices.long()])
+    expect = torch.zeros(150, 70, dtype=torch.float64).index_add_(0, dst, x[indices.long()])
     expect[:100] += x[:100]
     torch.testing.assert_close(y, expect * s[:, None], rtol=1e-4, atol=1e-4)
+
+
+def test_rows_sorted() -> None:
+    indptr = torch.tensor([0, 2, 2, 4], dtype=torch.int64)
+    assert ops.rows_sorted(indptr, torch.tensor([1, 5, 0, 3], dtype=torch.int32))
+    assert not ops.rows_sorted(indptr, torch.tensor([1, 5, 3, 0], dtype=torch.int32))
 
 
 def test_empty_graph_and_no_edges() -> None:
@@ -129,7 +141,7 @@ def test_transpose_cache_is_reused() -> None:
     x = torch.randn(30, 4, requires_grad=True)
     ops.aggregate(indptr, indices, x, "mean").sum().backward()
     graph = ops._graph(indptr, indices, 1)
-    assert 30 in graph._transposes
+    assert 30 in graph._transposes and graph._transposes[30][2]
     first = graph._transposes[30]
     ops.aggregate(indptr, indices, x, "mean").sum().backward()
     assert ops._graph(indptr, indices, 1)._transposes[30] is first

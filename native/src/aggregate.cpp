@@ -31,7 +31,7 @@ namespace agg = distgnn::aggregate;
 template <typename T, typename I>
 void spmm(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const T> x, Mat<T> y,
           std::optional<Vec<const T>> scale, std::optional<Mat<const T>> self, int threads,
-          int64_t chunk_edges, int block, int prefetch) {
+          int64_t chunk_edges, int block, int prefetch, int tiles, bool sorted) {
   if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must have at least one entry");
   const int64_t n_rows = static_cast<int64_t>(indptr.shape(0)) - 1;
   const int64_t F = static_cast<int64_t>(x.shape(1));
@@ -53,9 +53,9 @@ void spmm(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const T> x, Mat<T
     throw std::invalid_argument("y must not alias x");
   const T* s = scale ? scale->data() : nullptr;
   const T* sf = self ? self->data() : nullptr;
-  agg::Options opt{chunk_edges, block, prefetch};
+  agg::Options opt{chunk_edges, block, prefetch, tiles, sorted};
   nb::gil_scoped_release release;
-  agg::spmm(ip, indices.data(), n_rows, x.data(), F, s, sf, n_self, y.data(), threads, opt);
+  agg::spmm(ip, indices.data(), n_rows, x.data(), static_cast<int64_t>(x.shape(0)), F, s, sf, n_self, y.data(), threads, opt);
 }
 
 template <typename I>
@@ -124,11 +124,12 @@ void def_typed(nb::module_& m) {
   m.def("aggregate_spmm", &spmm<T, I>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
         "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
         "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,
-        "prefetch"_a = 0,
+        "prefetch"_a = -1, "tiles"_a = 0, "sorted"_a = false,
         "aggregate_spmm(indptr, indices, x, y, scale=None, self=None, threads=0, chunk_edges=0, "
-        "block=0, prefetch=0): y[v] = scale[v] * (sum_{e in row v} x[indices[e]] + self[v]) for "
+        "block=0, prefetch=-1, tiles=0, sorted=False): y[v] = scale[v] * (sum_{e in row v} x[indices[e]] + self[v]) for "
         "v < len(indptr) - 1 (self only for v < len(self)). x [n_src, F], y [n_rows, F], scale "
-        "[n_rows]; the same float dtype throughout. Index values must lie in [0, n_src).");
+        "[n_rows]; the same float dtype throughout. Index values must lie in [0, n_src). Source tiling (tiles=0: automatic) only runs when "
+        "sorted=True promises ascending sources within every row.");
   m.def("gather_rows", &gather_rows<T, I>, "x"_a.noconvert(), "rows"_a.noconvert(),
         "out"_a.noconvert(), "threads"_a = 0, "gather_rows(x, rows, out, threads=0): out[i] = x[rows[i]].");
   m.def("scatter_add_rows", &scatter_add_rows<T, I>, "x"_a.noconvert(), "rows"_a.noconvert(),

@@ -16,9 +16,12 @@
 // * vectorised inner loops (fixed-width blocks unrolled at compile time), compiled for AVX-512,
 //   AVX2 and baseline x86-64 and picked at run time (portable build), or for the build machine
 //   only when DISTGNN_NATIVE_ARCH is defined.
-// * optional software prefetch of the source row `prefetch` edges ahead.
+// * software prefetch of the source row `prefetch` edges ahead (default 16), across row ends.
+// * source tiling when rows are sorted: all threads sweep one (column block, source range) at a
+//   time so the gathered rows are shared in the last-level cache (auto_tiles picks the count).
 #pragma once
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -30,7 +33,9 @@ namespace distgnn::aggregate {
 struct Options {
   int64_t chunk_edges = 0;  // target edges per work chunk; 0 = automatic
   int block = 0;            // feature columns per block; 0 = automatic
-  int prefetch = 0;         // prefetch distance in edges; 0 = off
+  int prefetch = -1;        // prefetch distance in edges; 0 = off, < 0 = automatic
+  int tiles = 0;            // source tiles (rows must be sorted by source); 0 = automatic, 1 = off
+  bool sorted = false;      // the caller guarantees every row's sources ascend (enables tiling)
 };
 
 // A unit of work: either whole rows [row_begin, row_end) or one piece of a single hub row
@@ -82,32 +87,44 @@ inline void prefetch_row(const T* p, int width) {
 }
 
 // Sum of x[indices[e], c0 : c0 + W) over e in [e0, e1) into acc (W fixed: unrolled, in registers).
+// Prefetches the row `prefetch` edges ahead, up to pf_end (the chunk's end: across row ends, so
+// short rows still get their sources in flight early).
 template <int W, typename T, typename I>
 __attribute__((always_inline)) inline void gather_fixed(const I* __restrict indices, int64_t e0,
                                                         int64_t e1, const T* __restrict x,
                                                         int64_t F, int64_t c0, int prefetch,
-                                                        T* __restrict acc) {
+                                                        int64_t pf_end, T* __restrict acc) {
   T a[W];
-  T b[W];
-  for (int j = 0; j < W; ++j) a[j] = acc[j], b[j] = T(0);
   int64_t e = e0;
-  // Two accumulator sets so consecutive edges do not wait on each other's adds.
-  for (; e + 1 < e1; e += 2) {
-    if (prefetch > 0 && e + prefetch < e1)
+  if constexpr (W * sizeof(T) <= 256) {
+    // Two accumulator sets so consecutive edges do not wait on each other's adds (narrow blocks
+    // only: for wide blocks one set already fills half the vector registers).
+    T b[W];
+    for (int j = 0; j < W; ++j) a[j] = acc[j], b[j] = T(0);
+    for (; e + 1 < e1; e += 2) {
+      if (prefetch > 0 && e + prefetch + 1 < pf_end) {
+        prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, W);
+        prefetch_row(x + static_cast<int64_t>(indices[e + prefetch + 1]) * F + c0, W);
+      }
+      const T* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
+      const T* __restrict q = x + static_cast<int64_t>(indices[e + 1]) * F + c0;
+#pragma omp simd
+      for (int j = 0; j < W; ++j) a[j] += p[j];
+#pragma omp simd
+      for (int j = 0; j < W; ++j) b[j] += q[j];
+    }
+    for (int j = 0; j < W; ++j) a[j] += b[j];
+  } else {
+    for (int j = 0; j < W; ++j) a[j] = acc[j];
+  }
+  for (; e < e1; ++e) {
+    if (prefetch > 0 && e + prefetch < pf_end)
       prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, W);
     const T* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
-    const T* __restrict q = x + static_cast<int64_t>(indices[e + 1]) * F + c0;
-#pragma omp simd
-    for (int j = 0; j < W; ++j) a[j] += p[j];
-#pragma omp simd
-    for (int j = 0; j < W; ++j) b[j] += q[j];
-  }
-  if (e < e1) {
-    const T* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
 #pragma omp simd
     for (int j = 0; j < W; ++j) a[j] += p[j];
   }
-  for (int j = 0; j < W; ++j) acc[j] = a[j] + b[j];
+  for (int j = 0; j < W; ++j) acc[j] = a[j];
 }
 
 // Same with a run-time width w <= W (the last, narrower column block).
@@ -128,10 +145,21 @@ struct Args {
   int64_t F;
   int64_t n_self;
   int prefetch;
+  // Source tiling (rows sorted by source id): only column block [c0, c0 + W) and sources in
+  // [lo, hi) this pass; `first` starts the sums (self term), `last` applies the scale.
+  bool tiled = false;
+  int64_t c0 = 0, lo = 0, hi = 0;
+  bool first = true, last = true;
 };
 
-// Processes one chunk. Whole-row chunks write finished rows of y; hub pieces write their partial
-// sum (unscaled, without the self term) to scratch + piece * F.
+template <typename I>
+inline int64_t lower(const I* indices, int64_t e0, int64_t e1, int64_t value) {
+  return std::lower_bound(indices + e0, indices + e1, static_cast<I>(value)) - indices;
+}
+
+// Processes one chunk. Whole-row chunks write rows of y; hub pieces write their partial sum
+// (unscaled, without the self term) to scratch + piece * F. Untiled: all column blocks, finished
+// rows. Tiled: one column block, the sources of one tile, partial sums kept in y between tiles.
 template <int W, typename T, typename I>
 __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const Args& a,
                                                           const I* __restrict indices,
@@ -141,31 +169,51 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
                                                           T* __restrict y, T* __restrict scratch) {
   const int64_t F = a.F;
   alignas(64) T acc[W];
-  for (int64_t c0 = 0; c0 < F; c0 += W) {
+  const int64_t c_begin = a.tiled ? a.c0 : 0;
+  const int64_t c_end = a.tiled ? std::min<int64_t>(F, a.c0 + W) : F;
+  for (int64_t c0 = c_begin; c0 < c_end; c0 += W) {
     const int w = static_cast<int>(std::min<int64_t>(W, F - c0));
     if (c.piece >= 0) {
-      std::fill(acc, acc + W, T(0));
+      int64_t e0 = c.edge_begin, e1 = c.edge_end;
+      T* part = scratch + c.piece * F + c0;
+      if (a.tiled) {
+        const int64_t lo = lower(indices, e0, e1, a.lo);
+        e1 = lower(indices, lo, e1, a.hi);
+        e0 = lo;
+      }
+      if (a.first) std::fill(acc, acc + W, T(0));
+      else std::memcpy(acc, part, sizeof(T) * w);
       if (w == W)
-        gather_fixed<W>(indices, c.edge_begin, c.edge_end, x, F, c0, a.prefetch, acc);
+        gather_fixed<W>(indices, e0, e1, x, F, c0, a.prefetch, e1, acc);
       else
-        gather_tail<W>(indices, c.edge_begin, c.edge_end, x, F, c0, w, acc);
-      std::memcpy(scratch + c.piece * F + c0, acc, sizeof(T) * w);
+        gather_tail<W>(indices, e0, e1, x, F, c0, w, acc);
+      std::memcpy(part, acc, sizeof(T) * w);
       continue;
     }
     for (int64_t v = c.row_begin; v < c.row_end; ++v) {
-      if (self != nullptr && v < a.n_self) {
+      int64_t e0 = a.indptr[v], e1 = a.indptr[v + 1];
+      int64_t pf_end = c.edge_end;
+      if (a.tiled) {
+        const int64_t lo = lower(indices, e0, e1, a.lo);
+        e1 = lower(indices, lo, e1, a.hi);
+        e0 = lo;
+        pf_end = e1;
+      }
+      T* __restrict out = y + v * F + c0;
+      if (!a.first) {
+        if (e0 == e1 && !a.last) continue;
+        for (int j = 0; j < w; ++j) acc[j] = out[j];
+      } else if (self != nullptr && v < a.n_self) {
         const T* __restrict s = self + v * F + c0;
         for (int j = 0; j < w; ++j) acc[j] = s[j];
       } else {
         std::fill(acc, acc + W, T(0));
       }
-      const int64_t e0 = a.indptr[v], e1 = a.indptr[v + 1];
       if (w == W)
-        gather_fixed<W>(indices, e0, e1, x, F, c0, a.prefetch, acc);
+        gather_fixed<W>(indices, e0, e1, x, F, c0, a.prefetch, pf_end, acc);
       else
         gather_tail<W>(indices, e0, e1, x, F, c0, w, acc);
-      T* __restrict out = y + v * F + c0;
-      if (scale != nullptr) {
+      if (scale != nullptr && a.last) {
         const T sv = scale[v];
 #pragma omp simd
         for (int j = 0; j < w; ++j) out[j] = acc[j] * sv;
@@ -263,12 +311,25 @@ inline int default_block(int64_t F) {
   return static_cast<int>(w);
 }
 
+// Source tiles that keep one tile's column block within `budget` bytes of cache, when the rows
+// are long enough that re-reading partial sums once per tile (2 * tiles * n_rows * block values)
+// costs well under the gathers it saves (m * block values): tiles <= average degree / 8.
+template <typename T>
+inline int auto_tiles(int64_t n_rows, int64_t n_src, int64_t m, int block,
+                      int64_t budget = 12 << 20) {
+  const int64_t bytes = n_src * block * static_cast<int64_t>(sizeof(T));
+  const int64_t want = (bytes + budget - 1) / budget;
+  const int64_t allowed = n_rows > 0 ? m / (8 * n_rows) : 0;
+  if (want <= 1 || allowed < 2) return 1;
+  return static_cast<int>(std::min<int64_t>({want, allowed, 64}));
+}
+
 // y[v] = scale[v] * (sum_{e in row v} x[indices[e]] + (v < n_self ? self[v] : 0)), v < n_rows.
 // x: [n_src, F] row-major, y: [n_rows, F]; scale and self may be null. Index values must lie in
 // [0, n_src) (the caller checks).
 template <typename T, typename I>
-void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const T* x, int64_t F,
-          const T* scale, const T* self, int64_t n_self, T* y, int threads, Options opt = {}) {
+void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const T* x, int64_t n_src,
+          int64_t F, const T* scale, const T* self, int64_t n_self, T* y, int threads, Options opt = {}) {
   if (n_rows <= 0) return;
   threads = resolve_threads(threads);
   if (F <= 0) return;
@@ -284,11 +345,30 @@ void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const T* x, i
   std::vector<T> scratch(static_cast<size_t>(n_pieces * F));
   const int block = opt.block > 0 ? opt.block : default_block<T>(F);
   const detail::ChunkFn<T, I> fn = detail::pick<T, I>(block, detail::detect_isa());
-  const detail::Args args{indptr, F, self != nullptr ? n_self : 0, opt.prefetch};
+  detail::Args args{indptr, F, self != nullptr ? n_self : 0, opt.prefetch < 0 ? 16 : opt.prefetch};
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
+  const int tiles = opt.sorted ? (opt.tiles > 0 ? opt.tiles : auto_tiles<T>(n_rows, n_src, m, block)) : 1;
+  if (tiles <= 1) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int64_t k = 0; k < n_chunks; ++k)
-    fn(chunks[k], args, indices, x, scale, self, y, scratch.data());
+    for (int64_t k = 0; k < n_chunks; ++k)
+      fn(chunks[k], args, indices, x, scale, self, y, scratch.data());
+  } else {
+    // All threads sweep one (column block, source tile) at a time, so the tile's rows are shared
+    // in the last-level cache; partial sums wait in y (or scratch) between tiles.
+    args.tiled = true;
+    for (int64_t c0 = 0; c0 < F; c0 += block) {
+      for (int t = 0; t < tiles; ++t) {
+        args.c0 = c0;
+        args.lo = n_src * t / tiles;
+        args.hi = n_src * (t + 1) / tiles;
+        args.first = t == 0;
+        args.last = t + 1 == tiles;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+        for (int64_t k = 0; k < n_chunks; ++k)
+          fn(chunks[k], args, indices, x, scale, self, y, scratch.data());
+      }
+    }
+  }
   if (n_pieces == 0) return;
   // Hub rows: y[r] = scale * (sum of piece partials + self).
   std::vector<int64_t> first;  // index of the first chunk of each hub row

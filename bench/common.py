@@ -1,0 +1,64 @@
+"""Helpers shared by the benchmarks: timing by interleaved repeats, machine line, STREAM triad."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import time
+from typing import Callable, Dict, List
+
+import torch
+
+
+def machine_line(threads: int) -> str:
+    """One line naming the CPU, the cores seen, the threads used, the load and the date (UTC)."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"{model}, {os.cpu_count()} cores visible, {threads} threads used, load average {load} "
+            f"(shared machine), torch {torch.__version__}, {now}")
+
+
+def interleaved_min(cases: Dict[str, Callable[[], object]], repeats: int) -> Dict[str, float]:
+    """Seconds per case: the minimum over ``repeats`` rounds, cases interleaved within each round
+    so that a burst of load from other processes hits every case alike."""
+    best = {name: float("inf") for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            start = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
+
+
+def stream_triad(threads: int, n: int = 32 * 1024 * 1024, repeats: int = 5) -> float:
+    """STREAM triad a = b + s * c in float32 with torch on ``threads`` threads; GB/s (3 arrays
+    moved, write-allocate not counted, as STREAM reports)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        b = torch.rand(n)
+        c = torch.rand(n)
+        a = torch.empty(n)
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.add(b, c, alpha=3.0, out=a)
+            best = min(best, time.perf_counter() - start)
+        return 3 * n * 4 / best / 1e9
+    finally:
+        torch.set_num_threads(old)
+
+
+def markdown_table(header: List[str], rows: List[List[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)

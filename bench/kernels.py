@@ -1,0 +1,172 @@
+"""Aggregation kernel benchmark: ours against DGL 1.1.3, torch.sparse (CSR) and PyG, one run.
+
+    python -m bench.kernels [--graphs R24 P26] [--dim 256] [--threads 2] [--repeats 3]
+
+For each bench graph: forward y = A x (sum over in-neighbours, CSR by destination) and backward
+A^T g, F = --dim float32 columns. Every case is timed in interleaved rounds (minimum kept). Prints
+ms, the speedup over DGL and effective GB/s = (gathered m*F*4 + index bytes + output bytes) / time
+(DESIGN section 5), beside a STREAM triad measured in the same run, as a markdown table. Extra
+"ours" rows switch techniques off one at a time, to show which pay here. A case that fails (out of
+memory under --mem-limit-gb) is reported as failed.
+"""
+from __future__ import annotations
+
+import argparse
+import resource
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from bench.common import interleaved_min, machine_line, markdown_table, stream_triad
+from bench.graphs import bench_graph
+from distgnn import _native, ops
+
+
+def _dgl_cases(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor,
+               g: torch.Tensor) -> Dict[str, Callable[[], object]]:
+    from distgnn.compat import import_dgl
+
+    dgl = import_dgl()
+    import dgl.function as fn
+
+    n = indptr.numel() - 1
+    graph = dgl.graph(("csc", (indptr, indices.long(), torch.empty(0, dtype=torch.int64))),
+                      num_nodes=n)
+    graph.create_formats_()
+    xg = x.detach().requires_grad_(True)  # shares x's memory
+
+    def forward() -> torch.Tensor:
+        with graph.local_scope():
+            graph.srcdata["h"] = xg
+            graph.update_all(fn.copy_u("h", "m"), fn.sum("m", "y"))
+            return graph.dstdata["y"]
+
+    y = forward()
+
+    def backward() -> object:
+        return torch.autograd.grad(y, xg, g, retain_graph=True)
+
+    return {"fwd": lambda: forward(), "bwd": backward}
+
+
+def _torch_sparse_cases(indptr: torch.Tensor, indices: torch.Tensor, t_indptr: torch.Tensor,
+                        t_indices: torch.Tensor, x: torch.Tensor,
+                        g: torch.Tensor) -> Dict[str, Callable[[], object]]:
+    n = indptr.numel() - 1
+    ones = torch.ones(indices.numel())
+    a = torch.sparse_csr_tensor(indptr, indices.long(), ones, (n, x.shape[0]))
+    at = torch.sparse_csr_tensor(t_indptr, t_indices.long(), ones, (x.shape[0], n))
+    return {"fwd": lambda: torch.sparse.mm(a, x), "bwd": lambda: torch.sparse.mm(at, g)}
+
+
+def _pyg_cases(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor,
+               g: torch.Tensor) -> Dict[str, Callable[[], object]]:
+    from torch_geometric.utils import spmm
+
+    n = indptr.numel() - 1
+    adj_t = torch.sparse_csr_tensor(indptr, indices.long(), torch.ones(indices.numel()), (n, x.shape[0]))
+    cases: Dict[str, Callable[[], object]] = {"fwd": lambda: spmm(adj_t, x, reduce="sum")}
+    if indices.numel() * x.shape[1] * 4 <= 2 ** 30:  # its autograd backward holds E x F values
+        xg = x.detach().requires_grad_(True)
+        y = spmm(adj_t, xg, reduce="sum")
+        cases["bwd"] = lambda: torch.autograd.grad(y, xg, g, retain_graph=True)
+    return cases
+
+
+def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
+                        only: Optional[List[str]] = None) -> List[List[str]]:
+    ip_np, ix_np = bench_graph(name)
+    indptr, indices = torch.from_numpy(ip_np), torch.from_numpy(ix_np)
+    n, m = indptr.numel() - 1, indices.numel()
+    t_indptr = torch.empty(n + 1, dtype=torch.int64)
+    t_indices = torch.empty_like(indices)
+    _native.csr_transpose(indptr, indices, n, t_indptr, t_indices)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(n, dim, generator=gen)
+    g = torch.randn(n, dim, generator=gen)
+    graph_sorted = ops.rows_sorted(indptr, indices)
+
+    def ours(**tuning: int) -> Dict[str, Callable[[], object]]:
+        return {"fwd": lambda: ops.spmm(indptr, indices, x, None, None, threads, graph_sorted, **tuning),
+                "bwd": lambda: ops.spmm(t_indptr, t_indices, g, None, None, threads, True, **tuning)}
+
+    failed: Dict[str, str] = {}
+
+    def built(lib: str, make: Callable[[], Dict[str, Callable[[], object]]]) -> Dict[str, Callable[[], object]]:
+        try:
+            return make()
+        except (RuntimeError, MemoryError) as exc:
+            failed[f"{lib}|fwd"] = failed[f"{lib}|bwd"] = "failed: " + str(exc).splitlines()[0][-50:]
+            return {}
+
+    dgl_name, pyg_name = "DGL 1.1.3 update_all(copy_u, sum)", "PyG spmm (torch.sparse CSR adj_t)"
+    libraries: Dict[str, Dict[str, Callable[[], object]]] = {
+        "ours": ours(),
+        dgl_name: built(dgl_name, lambda: _dgl_cases(indptr, indices, x, g)),
+        "torch.sparse.mm (CSR)": _torch_sparse_cases(indptr, indices, t_indptr, t_indices, x, g),
+        pyg_name: built(pyg_name, lambda: _pyg_cases(indptr, indices, x, g)),
+        "ours, no source tiling": ours(tiles=1),
+        "ours, no tiling, no prefetch": ours(tiles=1, prefetch=0),
+        "plain OpenMP row loop (ours without all four)": ours(tiles=1, prefetch=0, block=256,
+                                                              chunk_edges=m + n),
+    }
+    if only:
+        libraries = {k: v for k, v in libraries.items() if k in only}
+    cases = {f"{lib}|{d}": fn for lib, fns in libraries.items() for d, fn in fns.items()}
+    for key, fn in list(cases.items()):  # warm up (lazy formats, page faults); drop what fails
+        try:
+            fn()
+        except (RuntimeError, MemoryError) as exc:
+            failed[key] = "failed: " + str(exc).splitlines()[0][-50:]
+            del cases[key]
+    best = interleaved_min(cases, repeats)
+    best.update({key: float("nan") for key in failed})
+    index_bytes = m * indices.element_size() + (n + 1) * 8
+    moved = m * dim * 4 + index_bytes + n * dim * 4
+    base = {d: best.get(f"{dgl_name}|{d}", float("nan")) for d in ("fwd", "bwd")}
+    rows = []
+    for lib in libraries:
+        row = [name, lib]
+        for d in ("fwd", "bwd"):
+            t = best.get(f"{lib}|{d}", float("nan"))
+            if f"{lib}|{d}" in failed or f"{lib}|{d}" not in best:
+                why = failed.get(f"{lib}|{d}", "skipped: autograd materialises E x F")
+                row += [why, "-", "-"]
+                continue
+            row += [f"{t * 1e3:.0f}", f"{base[d] / t:.2f}x", f"{moved / t / 1e9:.1f}"]
+        rows.append(row)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", nargs="+", default=["R24", "P26"])
+    parser.add_argument("--dim", type=int, default=256)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="ours and DGL only (and ours untiled)")
+    parser.add_argument("--mem-limit-gb", type=float, default=14.0,
+                        help="address-space limit, so a baseline that materialises E x F messages "
+                             "fails alone instead of waking the OOM killer on a shared machine")
+    args = parser.parse_args()
+    limit = int(args.mem_limit_gb * 2 ** 30)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    torch.set_num_threads(args.threads)
+    print(f"Machine: {machine_line(args.threads)}; aggregation ISA {_native.aggregate_isa()}")
+    print(f"F = {args.dim} float32, minimum of {args.repeats} interleaved rounds; effective GB/s = "
+          f"(m*F*4 + index bytes + output bytes) / time\n", flush=True)
+    for name in args.graphs:  # one table per graph, printed as soon as it is measured
+        before = stream_triad(args.threads)
+        only = ["ours", "DGL 1.1.3 update_all(copy_u, sum)", "ours, no source tiling"] if args.quick else None
+        rows = bench_graph_kernels(name, args.dim, args.threads, args.repeats, only)
+        after = stream_triad(args.threads)
+        print(f"{name}: STREAM triad (float32, torch, {args.threads} threads) before/after: "
+              f"{before:.1f} / {after:.1f} GB/s\n")
+        print(markdown_table(["graph", "kernel", "fwd ms", "fwd vs DGL", "fwd GB/s", "bwd ms",
+                              "bwd vs DGL", "bwd GB/s"], rows) + "\n", flush=True)
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    main()
