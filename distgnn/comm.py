@@ -13,9 +13,20 @@ from typing import Any
 
 import numpy as np
 import torch
-from mpi4py import MPI
 
-_MPI_TYPES = {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE}
+
+def _mpi():
+    """mpi4py's MPI module, imported on first use: importing it initialises MPI, which must not
+    happen in processes that only build parsers or read partitions (a singleton MPI_Init leaves
+    variables in the C environment that make a later child ``mpiexec`` fail)."""
+    from mpi4py import MPI
+
+    return MPI
+
+
+def _mpi_type(dtype: torch.dtype):
+    MPI = _mpi()
+    return {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE}[dtype]
 
 
 @dataclass
@@ -37,7 +48,7 @@ class RowPlan:
 class PendingExchange:
     """A posted non-blocking row exchange; :meth:`wait` returns the received rows [R, F]."""
 
-    def __init__(self, request: MPI.Request, recv: torch.Tensor, keep_alive: Any):
+    def __init__(self, request: Any, recv: torch.Tensor, keep_alive: Any):
         self._request, self._recv, self._keep_alive = request, recv, keep_alive
 
     def wait(self) -> torch.Tensor:
@@ -54,8 +65,8 @@ class PendingExchange:
 class Communicator:
     """One MPI communicator plus byte counters (bytes sent by this rank, by kind)."""
 
-    def __init__(self, comm: MPI.Comm | None = None):
-        self.comm = comm if comm is not None else MPI.COMM_WORLD
+    def __init__(self, comm: Any = None):
+        self.comm = comm if comm is not None else _mpi().COMM_WORLD
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.bytes_sent: dict[str, int] = defaultdict(int)
@@ -82,7 +93,7 @@ class Communicator:
         """Non-blocking :meth:`exchange_rows` (Ialltoallv); wait on the returned object."""
         rows = rows.detach().contiguous()
         width = rows.shape[1] if rows.dim() == 2 else 1
-        mpi_type = _MPI_TYPES[rows.dtype]
+        mpi_type = _mpi_type(rows.dtype)
         recv_rows = torch.empty((int(recv.offsets[-1]), width), dtype=rows.dtype)
         sc, sd, rc, rd = self._layout(send, recv, width)
         send_buf = rows.numpy()
@@ -94,17 +105,18 @@ class Communicator:
     def allreduce_sum_(self, tensor: torch.Tensor, kind: str = "gradients") -> torch.Tensor:
         """Sum ``tensor`` over all ranks, in place; returns it."""
         if self.size > 1:
+            MPI = _mpi()
             self.comm.Allreduce(MPI.IN_PLACE, tensor.numpy(), op=MPI.SUM)
             self.bytes_sent[kind] += int(tensor.numel() * tensor.element_size())
         return tensor
 
     def sum(self, value: float | int) -> float | int:
         """Sum of a Python number over ranks."""
-        return self.comm.allreduce(value, op=MPI.SUM)
+        return self.comm.allreduce(value, op=_mpi().SUM)
 
     def max(self, value: Any) -> Any:
         """Largest ``value`` over ranks (numbers, or tuples compared element by element)."""
-        return self.comm.allreduce(value, op=MPI.MAX)
+        return self.comm.allreduce(value, op=_mpi().MAX)
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
         return self.comm.gather(obj, root=root)
@@ -114,6 +126,7 @@ class Communicator:
 
     def node_sum_and_min(self, value: int, floor: int) -> tuple[int, int]:
         """(sum of ``value``, min of ``floor``) over the ranks sharing this rank's machine."""
+        MPI = _mpi()
         node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
         try:
             return node.allreduce(value, op=MPI.SUM), node.allreduce(floor, op=MPI.MIN)

@@ -77,3 +77,17 @@ def local_slurm():
     yield
     if not was_running:
         subprocess.run(["bash", str(script), "stop"], check=True, timeout=60)
+
+
+def partitioned_twin(root: Path, parts: int, scale: float = 0.002, method: str = "libra",
+                     seed: int = 0) -> tuple[Path, Path]:
+    """Fetch synth-reddit at ``scale`` under ``root`` and partition it with the CLI; returns
+    (graph store, partition folder)."""
+    from distgnn.data.fetch import fetch
+
+    graph = fetch("synth-reddit", root=root / "data", scale=scale, seed=seed, threads=1)
+    folder = root / f"{method}-{parts}"
+    proc = run_cli("partition", graph, "--parts", parts, "--method", method, "--out", folder,
+                   "--threads", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    return graph, folder

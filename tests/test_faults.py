@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
-from distgnn.data.fetch import fetch
+from conftest import partitioned_twin
 
 pytestmark = pytest.mark.mpi
 EPOCHS = 40
@@ -44,9 +43,7 @@ def losses(run: Path) -> np.ndarray:
 
 
 def test_sigkill_of_one_rank_ends_the_job_and_resume_recovers(tmp_path: Path) -> None:
-    graph = fetch("synth-reddit", root=tmp_path / "data", scale=0.003, threads=1)
-    parts = tmp_path / "parts"
-    assert run_cli("partition", graph, "--parts", "2", "--out", parts, "--quiet").returncode == 0
+    _, parts = partitioned_twin(tmp_path, 2, scale=0.003)
     common = ["--algo", "cd-2", "--epochs", str(EPOCHS), "--checkpoint-every", "4",
               "--eval-every", "0", "--threads", "1", "--hidden", "16", "--quiet"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -14,7 +14,6 @@ def shape(n=10_000, m=1_000_000, parts=2, leaves=2_000, split=4_000) -> PartShap
 
 
 def test_widths_and_parameters_match_the_model():
-    import torch
 
     from distgnn.models import GraphSAGE
 

@@ -51,3 +51,16 @@ def test_environment_yml_matches_pyproject() -> None:
     assert not missing, f"environment.yml lacks: {missing}"
     build = {_name(r) for r in pyproject["build-system"]["requires"]}
     assert build <= conda, f"environment.yml lacks build requirements {build - conda}"
+
+
+def test_building_the_cli_does_not_initialise_mpi() -> None:
+    """Only a training rank may initialise MPI: a singleton MPI_Init in a launcher or test process
+    leaves variables in its C environment that make a child `mpiexec` fail."""
+    import subprocess
+    import sys
+
+    code = ("import sys, distgnn.cli as c; c.build_parser(); import distgnn.train.trainer, "
+            "distgnn.launch, distgnn.train.memory_estimate, distgnn.report; "
+            "print('mpi4py.MPI' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import zarr
 
-from conftest import mpiexec, run_cli, write_npy_graph
-from distgnn.data.fetch import fetch
+from conftest import partitioned_twin, mpiexec, run_cli
 
 
 def one_line(proc: subprocess.CompletedProcess, prefix: str = "distgnn") -> str:
@@ -25,10 +24,7 @@ def one_line(proc: subprocess.CompletedProcess, prefix: str = "distgnn") -> str:
 @pytest.fixture(scope="module")
 def two_parts(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("rel")
-    graph = fetch("synth-reddit", root=root / "data", scale=0.002, threads=1)
-    parts = root / "libra-2"
-    assert run_cli("partition", graph, "--parts", "2", "--out", parts, "--quiet").returncode == 0
-    return graph, parts
+    return partitioned_twin(root, 2)
 
 
 def copy_parts(parts: Path, tmp_path: Path) -> Path:

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
-from distgnn.data.fetch import fetch
+from conftest import partitioned_twin
 
 pytestmark = pytest.mark.slurm
 
@@ -20,10 +19,7 @@ pytestmark = pytest.mark.slurm
 @pytest.fixture(scope="module")
 def parts(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("slurmfaults")
-    graph = fetch("synth-reddit", root=root / "data", scale=0.003, threads=1)
-    folder = root / "libra-2"
-    assert run_cli("partition", graph, "--parts", "2", "--out", folder, "--quiet").returncode == 0
-    return folder
+    return partitioned_twin(root, 2, scale=0.003)[1]
 
 
 def start_launch(parts: Path, run: Path, cwd: Path, *extra: str) -> subprocess.Popen:

@@ -1,7 +1,6 @@
 """Conversion streams features: peak memory growth stays well below the feature bytes."""
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 from pathlib import Path

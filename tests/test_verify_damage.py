@@ -6,17 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
-from distgnn.data.fetch import fetch
+from conftest import partitioned_twin, run_cli
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("verify")
-    graph = fetch("synth-reddit", root=root / "data", scale=0.002, threads=1)
-    parts = root / "libra-2"
-    assert run_cli("partition", graph, "--parts", "2", "--out", parts, "--quiet").returncode == 0
-    return parts
+    return partitioned_twin(root, 2)[1]
 
 
 def test_undamaged_folder_verifies(built: Path) -> None:

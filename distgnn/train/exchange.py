@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from distgnn import ops
-from distgnn.comm import Communicator, PendingExchange, RowPlan
+from distgnn.comm import Communicator, RowPlan
 from distgnn.train.algorithms import Algorithm
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers

@@ -25,7 +25,6 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from distgnn.errors import DistgnnError
 
