@@ -1,6 +1,6 @@
 """Accuracy, epoch time and traffic of the delayed-update algorithms on a twin, side by side.
 
-    python -m bench.algorithms [--dataset synth-reddit] [--scale 0.05] [--parts 4] [--epochs 100]
+    python -m bench.algorithms [--dataset synth-reddit] [--scale 0.01] [--parts 4] [--epochs 100]
                                [--seeds 0 1 2] [--algos cd-0 cd-5 cd-5-orig 0c]
 
 Fetches the twin, partitions it with Libra into P parts, trains every algorithm for every seed
@@ -34,7 +34,7 @@ def sh(*args: str, env: dict | None = None) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="synth-reddit")
-    parser.add_argument("--scale", type=float, default=0.05)
+    parser.add_argument("--scale", type=float, default=0.01)
     parser.add_argument("--parts", type=int, default=4)
     parser.add_argument("--method", default="libra")
     parser.add_argument("--epochs", type=int, default=100)
