@@ -63,3 +63,27 @@ def test_bad_options_are_one_line(tmp_path: Path, option: str, value: str, needl
     assert proc.returncode == 2
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_bf16_dense_work_is_close_to_fp32_but_not_identical(tmp_path: Path) -> None:
+    """--precision bf16 runs the linear layers in bfloat16: losses move by bf16 rounding (about
+    1e-2 relative), not by zero and not by a different model; it still learns."""
+    folder = one_part(tmp_path, "synth-reddit", 0.005)
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        run = tmp_path / precision
+        proc = run_cli("train", folder, "--algo", "cd-0", "--epochs", "20", "--hidden", "32",
+                       "--eval-every", "20", "--threads", "1", "--out", run, "--lr", "0.02",
+                       "--precision", precision, "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+        losses[precision] = torch.tensor([l["loss"] for l in lines])
+        summary = json.loads((run / "summary.json").read_text())
+        assert summary["hyperparameters"]["precision"] == precision
+    fp32, bf16 = losses["fp32"], losses["bf16"]
+    assert not torch.equal(fp32, bf16)
+    assert abs(float(bf16[0] / fp32[0]) - 1) < 0.02  # same initial model, bf16 rounding only
+    assert float(bf16[-1]) < 0.5 * float(bf16[0])  # it learns
+    assert summary["best_val"] > 0.5
+    proc = run_cli("train", folder, "--precision", "fp16", "--out", tmp_path / "bad")
+    assert proc.returncode != 0 and "--precision" in proc.stderr

@@ -28,6 +28,9 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
                    help="checkpoint every K epochs (0: never; default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     p.add_argument("--threads", type=int, default=d.threads, help="threads per rank (default: all)")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision,
+                   help="dense work (linear layers) in float32 or, opt-in, bfloat16; aggregation "
+                        "and exchange stay float32 (default: %(default)s)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>)")
     p.add_argument("--skip-memory-check", action="store_true",
                    help="start even when the memory estimate exceeds what is available")
@@ -40,7 +43,8 @@ def config_from_args(args: argparse.Namespace):
                        aggregator=args.aggregator, lr=args.lr, dropout=args.dropout,
                        weight_decay=args.weight_decay, seed=args.seed, eval_every=args.eval_every,
                        checkpoint_every=args.checkpoint_every, resume=args.resume,
-                       threads=args.threads, memory_check=not args.skip_memory_check)
+                       threads=args.threads, memory_check=not args.skip_memory_check,
+                       precision=args.precision)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

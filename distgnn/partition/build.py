@@ -2,12 +2,14 @@
 (layout in :mod:`distgnn.partition`). Parts are independent, so the DAG builds them in parallel.
 
 Features (and multi-label rows) are gathered one source chunk at a time and written in whole
-chunks, so peak memory is the structure arrays plus two chunks, whatever the feature width.
+chunks, in the background while the next chunk is gathered, so peak memory is the structure
+arrays plus a few chunks, whatever the feature width.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,7 +128,8 @@ class PartWriter:
 
     ROW_ARRAYS = ("feat", "label")
 
-    def __init__(self, inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = True):
+    def __init__(self, inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = True,
+                 executor: Executor | None = None):
         P = inp.attrs["P"]
         if not 0 <= k < P:
             raise DistgnnError(f"--part: expected 0 <= K < {P}, got {k}")
@@ -140,6 +143,7 @@ class PartWriter:
         is_root = inp.root[l2g] == k
         in_degree = (inp.indptr[l2g + 1] - inp.indptr[l2g]).astype(np.int64)
         leaf_send, send_off, root_recv, recv_off = comm_plan(inp, k, l2g, is_root)
+        self.rows: dict[str, RowWriter] = {}
         self.target = AtomicGroup(inp.folder / layout.part_name(k), overwrite=overwrite)
         try:
             g = self.target.group
@@ -158,7 +162,7 @@ class PartWriter:
                 self.counts[name.replace("_mask", "")] = int(mask.sum())
                 self.digests[name] = write_array(g, name, mask)
             self.rows = {name: RowWriter(create_row_array(
-                g, name, (n_k, *inp.store[name].shape[1:]), inp.store[name].dtype))
+                g, name, (n_k, *inp.store[name].shape[1:]), inp.store[name].dtype), executor)
                 for name in self.ROW_ARRAYS}
         except BaseException:
             self.abort()
@@ -185,6 +189,8 @@ class PartWriter:
         return self.target.commit({**self.attrs, "checksum": combine_digests(self.digests)})
 
     def abort(self) -> None:
+        for writer in self.rows.values():
+            writer.drain()  # no background write may land after the folder is removed
         self.target.__exit__(None, None, None)
 
     def __enter__(self) -> "PartWriter":
@@ -197,7 +203,9 @@ class PartWriter:
 
 def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = True) -> Path:
     """Write ``part_<k>.zarr`` under a temporary name and rename it when complete."""
-    with PartWriter(inp, k, threads, overwrite) as part:
+    # One background writer: a chunk is written while the next is gathered.
+    with ThreadPoolExecutor(max_workers=1) as executor, \
+            PartWriter(inp, k, threads, overwrite, executor) as part:
         for name in PartWriter.ROW_ARRAYS:
             gather_rows(inp.store[name], part.l2g, part.rows[name])
         return part.commit()
@@ -213,10 +221,14 @@ def build_part(folder: str | os.PathLike, k: int, threads: int = 0,
 def build_all(folder: str | os.PathLike, threads: int = 0) -> list[Path]:
     """Build every part, reading the graph and the assignment once, and the row data (features)
     once as well: each source chunk is read one time and its rows sent to every part's writer
-    (memory: one chunk per part, whatever the width)."""
+    (memory: two chunks per part, whatever the width)."""
     inp = load_inputs(folder)
+    writers = max(1, threads if threads > 0 else (os.cpu_count() or 1))
     with contextlib.ExitStack() as stack:
-        parts = [stack.enter_context(PartWriter(inp, k, threads))
+        # Chunk writes run in the background (one in flight per row writer), overlapping the
+        # gathers; exiting the stack waits for them before any output is committed or removed.
+        executor = stack.enter_context(ThreadPoolExecutor(max_workers=writers))
+        parts = [stack.enter_context(PartWriter(inp, k, threads, executor=executor))
                  for k in progress(range(inp.attrs["P"]), desc="build structure")]
         for name in PartWriter.ROW_ARRAYS:
             gather_rows_multi(inp.store[name], [(p.l2g, p.rows[name]) for p in parts],

@@ -1,6 +1,8 @@
 """Small writers shared by the assignment and part builders (all checksummed, chunk-aligned)."""
 from __future__ import annotations
 
+from concurrent.futures import Executor, Future
+
 import google_crc32c
 import numpy as np
 import zarr
@@ -45,17 +47,27 @@ def create_row_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype
 
 
 class RowWriter:
-    """Writes selected rows of source blocks into ``array`` in order, through one preallocated
-    chunk buffer (rows are gathered straight into it, and each full chunk is written once), so
-    memory is one chunk whatever the number of rows. The digest is a crc32c of the content."""
+    """Writes selected rows of source blocks into ``array`` in order, through two preallocated
+    chunk buffers (rows are gathered straight into one while the other, full, is written), so
+    memory is two chunks whatever the number of rows. With an ``executor`` the chunk writes (zarr
+    encode + file write, which release the GIL) run in the background, overlapping the gathers of
+    this and other writers; at most one write per writer is in flight. The digest is a crc32c of
+    the content."""
 
-    def __init__(self, array: zarr.Array):
+    def __init__(self, array: zarr.Array, executor: Executor | None = None):
         self.array = array
         self.step = array.chunks[0]
-        self.buf = np.empty((self.step, *array.shape[1:]), dtype=array.dtype)
+        self.buffers = [np.empty((self.step, *array.shape[1:]), dtype=array.dtype) for _ in range(2)]
+        self.current = 0
+        self.pending: Future | None = None
+        self.executor = executor
         self.fill = 0
         self.cursor = 0
         self.crc = 0
+
+    @property
+    def buf(self) -> np.ndarray:
+        return self.buffers[self.current]
 
     def take(self, block: np.ndarray, rows: np.ndarray) -> None:
         """Append ``block[rows]``."""
@@ -68,6 +80,11 @@ class RowWriter:
             if self.fill == self.step:
                 self._flush()
 
+    def _wait(self) -> None:
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            pending.result()  # re-raises a failed write here
+
     def _flush(self) -> None:
         if not self.fill:
             return
@@ -75,12 +92,25 @@ class RowWriter:
         if end > self.array.shape[0]:
             raise DistgnnError(f"array '{self.array.basename}': more rows than its {self.array.shape[0]}")
         data = self.buf[:self.fill]
-        self.array[self.cursor:end] = data
         self.crc = google_crc32c.extend(self.crc, data)
+        self._wait()  # the other buffer is free again once its write is done
+        if self.executor is None:
+            self.array[self.cursor:end] = data
+        else:
+            self.pending = self.executor.submit(self.array.__setitem__, slice(self.cursor, end), data)
+            self.current ^= 1
         self.cursor, self.fill = end, 0
+
+    def drain(self) -> None:
+        """Wait for an in-flight write, ignoring its error (before removing a failed output)."""
+        try:
+            self._wait()
+        except Exception:  # noqa: BLE001 - the original error is already propagating
+            pass
 
     def finish(self) -> str:
         self._flush()
+        self._wait()
         if self.cursor != self.array.shape[0]:
             raise DistgnnError(f"array '{self.array.basename}': wrote {self.cursor} of "
                                f"{self.array.shape[0]} rows")

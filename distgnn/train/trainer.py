@@ -25,6 +25,7 @@ from distgnn import ops
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.models import GraphSAGE
+from distgnn.precision import check_precision, dense_autocast, in_float32
 from distgnn.train import checkpoint as ckpt
 from distgnn.train.algorithms import Algorithm, parse_algorithm
 from distgnn.train.exchange import DistributedAggregation
@@ -55,10 +56,12 @@ class TrainConfig:
     resume: bool = False
     threads: int = 0
     memory_check: bool = True
+    precision: str = "fp32"
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change)."""
-        keep = ("algo", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed")
+        keep = ("algo", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
+                "precision")
         return {k: v for k, v in asdict(self).items() if k in keep}
 
 
@@ -89,6 +92,7 @@ def _check_config(config: TrainConfig) -> Algorithm:
         raise DistgnnError(f"--aggregator must be mean or gcn, got {config.aggregator}")
     if not 0.0 <= config.dropout < 1.0:
         raise DistgnnError(f"--dropout must lie in [0, 1), got {config.dropout}")
+    check_precision(config.precision)
     if config.eval_every < 0 or config.checkpoint_every < 0:
         raise DistgnnError("--eval-every and --checkpoint-every must be >= 0")
     return algorithm
@@ -180,11 +184,20 @@ class Trainer:
                                threads=self.config.threads)
         return apply
 
+    def _forward(self, dropout) -> torch.Tensor:
+        """Logits [n_local, classes] in float32 (dense work in bf16 under --precision bf16)."""
+        aggregate = in_float32(self.aggregation) if self.config.precision != "fp32" else self.aggregation
+        if dropout is not None and self.config.precision != "fp32":
+            dropout = in_float32(dropout)
+        with dense_autocast(self.config.precision):
+            logits = self.model(self.part.feat, aggregate, dropout)
+        return logits.float()
+
     def _train_step(self, epoch: int) -> float:
         self.model.train()
         self.aggregation.training = True
         self.optimizer.zero_grad(set_to_none=False)
-        logits = self.model(self.part.feat, self.aggregation, self._dropout(epoch))
+        logits = self._forward(self._dropout(epoch))
         ids = self.train_ids
         loss = loss_sum(logits[ids], self.part.label[ids], self.multilabel) / self.global_train_count
         loss.backward()
@@ -205,7 +218,7 @@ class Trainer:
         """Exact distributed evaluation (cd-0 aggregation, no dropout), metrics at roots."""
         self.model.eval()
         self.aggregation.training = False
-        logits = self.model(self.part.feat, self.aggregation, None)
+        logits = self._forward(None)
         out = {}
         for name, key in (("train", "train_mask"), ("val", "val_mask"), ("test", "test_mask")):
             ids = torch.nonzero(self.part.masks[key]).flatten()

@@ -128,7 +128,7 @@ void def_typed(nb::module_& m) {
         "aggregate_spmm(indptr, indices, x, y, scale=None, self=None, threads=0, chunk_edges=0, "
         "block=0, prefetch=-1, tiles=0, sorted=False): y[v] = scale[v] * (sum_{e in row v} x[indices[e]] + self[v]) for "
         "v < len(indptr) - 1 (self only for v < len(self)). x [n_src, F], y [n_rows, F], scale "
-        "[n_rows]; the same float dtype throughout. Index values must lie in [0, n_src). Source tiling (tiles=0: automatic) only runs when "
+        "[n_rows]; the same float dtype throughout. Index values must lie in [0, n_src). Source tiling (tiles > 1; off by default) only runs when "
         "sorted=True promises ascending sources within every row.");
   m.def("gather_rows", &gather_rows<T, I>, "x"_a.noconvert(), "rows"_a.noconvert(),
         "out"_a.noconvert(), "threads"_a = 0, "gather_rows(x, rows, out, threads=0): out[i] = x[rows[i]].");

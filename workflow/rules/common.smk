@@ -39,7 +39,7 @@ def train_options():
     """`distgnn train` options from config['train'] (the experiment's model and schedule)."""
     t = config["train"]
     flags = ["epochs", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
-             "eval_every", "checkpoint_every"]
+             "eval_every", "checkpoint_every", "precision"]
     return " ".join(f"--{f.replace('_', '-')} {t[f]}" for f in flags if f in t)
 
 

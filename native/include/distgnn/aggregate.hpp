@@ -17,8 +17,11 @@
 //   AVX2 and baseline x86-64 and picked at run time (portable build), or for the build machine
 //   only when DISTGNN_NATIVE_ARCH is defined.
 // * software prefetch of the source row `prefetch` edges ahead (default 16), across row ends.
-// * source tiling when rows are sorted: all threads sweep one (column block, source range) at a
-//   time so the gathered rows are shared in the last-level cache (auto_tiles picks the count).
+// * source tiling (opt-in, rows sorted): all threads sweep one (column block, source tile) at a
+//   time so the gathered rows could be shared in the last-level cache; each row's tile bounds are
+//   found once per call. Off by default: on the development VM (32 MB L3 shared with other
+//   tenants; gathers from a table of <= 8 MB run at 80-90 GB/s, >= 32 MB at 15-20 GB/s) the extra
+//   partial-sum and index traffic cost as much as the cache hits saved (bench/kernels.py row).
 #pragma once
 #include <algorithm>
 #include <climits>
@@ -34,7 +37,7 @@ struct Options {
   int64_t chunk_edges = 0;  // target edges per work chunk; 0 = automatic
   int block = 0;            // feature columns per block; 0 = automatic
   int prefetch = -1;        // prefetch distance in edges; 0 = off, < 0 = automatic
-  int tiles = 0;            // source tiles (rows must be sorted by source); 0 = automatic, 1 = off
+  int tiles = 0;            // source tiles (rows must be sorted by source); 0 or 1 = off
   bool sorted = false;      // the caller guarantees every row's sources ascend (enables tiling)
 };
 
@@ -145,17 +148,15 @@ struct Args {
   int64_t F;
   int64_t n_self;
   int prefetch;
-  // Source tiling (rows sorted by source id): only column block [c0, c0 + W) and sources in
-  // [lo, hi) this pass; `first` starts the sums (self term), `last` applies the scale.
+  // Source tiling (rows sorted by source id): only column block [c0, c0 + W) and, in row v, the
+  // edges [split_lo[v], split_hi[v]) whose sources fall in this pass's tile; `first` starts the
+  // sums (self term), `last` applies the scale.
   bool tiled = false;
-  int64_t c0 = 0, lo = 0, hi = 0;
+  int64_t c0 = 0;
+  const int64_t* split_lo = nullptr;
+  const int64_t* split_hi = nullptr;
   bool first = true, last = true;
 };
-
-template <typename I>
-inline int64_t lower(const I* indices, int64_t e0, int64_t e1, int64_t value) {
-  return std::lower_bound(indices + e0, indices + e1, static_cast<I>(value)) - indices;
-}
 
 // Processes one chunk. Whole-row chunks write rows of y; hub pieces write their partial sum
 // (unscaled, without the self term) to scratch + piece * F. Untiled: all column blocks, finished
@@ -177,9 +178,8 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
       int64_t e0 = c.edge_begin, e1 = c.edge_end;
       T* part = scratch + c.piece * F + c0;
       if (a.tiled) {
-        const int64_t lo = lower(indices, e0, e1, a.lo);
-        e1 = lower(indices, lo, e1, a.hi);
-        e0 = lo;
+        e0 = std::max(e0, a.split_lo[c.row_begin]);
+        e1 = std::max(e0, std::min(e1, a.split_hi[c.row_begin]));
       }
       if (a.first) std::fill(acc, acc + W, T(0));
       else std::memcpy(acc, part, sizeof(T) * w);
@@ -194,9 +194,8 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
       int64_t e0 = a.indptr[v], e1 = a.indptr[v + 1];
       int64_t pf_end = c.edge_end;
       if (a.tiled) {
-        const int64_t lo = lower(indices, e0, e1, a.lo);
-        e1 = lower(indices, lo, e1, a.hi);
-        e0 = lo;
+        e0 = a.split_lo[v];
+        e1 = a.split_hi[v];
         pf_end = e1;
       }
       T* __restrict out = y + v * F + c0;
@@ -311,19 +310,6 @@ inline int default_block(int64_t F) {
   return static_cast<int>(w);
 }
 
-// Source tiles that keep one tile's column block within `budget` bytes of cache, when the rows
-// are long enough that re-reading partial sums once per tile (2 * tiles * n_rows * block values)
-// costs well under the gathers it saves (m * block values): tiles <= average degree / 8.
-template <typename T>
-inline int auto_tiles(int64_t n_rows, int64_t n_src, int64_t m, int block,
-                      int64_t budget = 12 << 20) {
-  const int64_t bytes = n_src * block * static_cast<int64_t>(sizeof(T));
-  const int64_t want = (bytes + budget - 1) / budget;
-  const int64_t allowed = n_rows > 0 ? m / (8 * n_rows) : 0;
-  if (want <= 1 || allowed < 2) return 1;
-  return static_cast<int>(std::min<int64_t>({want, allowed, 64}));
-}
-
 // y[v] = scale[v] * (sum_{e in row v} x[indices[e]] + (v < n_self ? self[v] : 0)), v < n_rows.
 // x: [n_src, F] row-major, y: [n_rows, F]; scale and self may be null. Index values must lie in
 // [0, n_src) (the caller checks).
@@ -347,7 +333,7 @@ void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const T* x, i
   const detail::ChunkFn<T, I> fn = detail::pick<T, I>(block, detail::detect_isa());
   detail::Args args{indptr, F, self != nullptr ? n_self : 0, opt.prefetch < 0 ? 16 : opt.prefetch};
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
-  const int tiles = opt.sorted ? (opt.tiles > 0 ? opt.tiles : auto_tiles<T>(n_rows, n_src, m, block)) : 1;
+  const int tiles = opt.sorted && opt.tiles > 1 ? opt.tiles : 1;
   if (tiles <= 1) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t k = 0; k < n_chunks; ++k)
@@ -355,12 +341,24 @@ void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const T* x, i
   } else {
     // All threads sweep one (column block, source tile) at a time, so the tile's rows are shared
     // in the last-level cache; partial sums wait in y (or scratch) between tiles.
+    // split[t * n_rows + v]: the first edge of row v whose source lies in tile t or later.
+    std::vector<int64_t> split(static_cast<size_t>((tiles + 1) * n_rows));
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t v = 0; v < n_rows; ++v) {
+      split[v] = indptr[v];
+      split[tiles * n_rows + v] = indptr[v + 1];
+      for (int t = 1; t < tiles; ++t) {
+        const I bound = static_cast<I>(n_src * t / tiles);
+        split[t * n_rows + v] =
+            std::lower_bound(indices + split[(t - 1) * n_rows + v], indices + indptr[v + 1], bound) - indices;
+      }
+    }
     args.tiled = true;
     for (int64_t c0 = 0; c0 < F; c0 += block) {
       for (int t = 0; t < tiles; ++t) {
         args.c0 = c0;
-        args.lo = n_src * t / tiles;
-        args.hi = n_src * (t + 1) / tiles;
+        args.split_lo = split.data() + t * n_rows;
+        args.split_hi = split.data() + (t + 1) * n_rows;
         args.first = t == 0;
         args.last = t + 1 == tiles;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)

@@ -1,0 +1,44 @@
+"""Opt-in lower precision for the dense work: linear layers in bfloat16 (CPU autocast), while the
+aggregation, dropout, loss and optimizer state stay in float32.
+
+``fp32`` (the default) changes nothing. ``bf16`` runs each ``nn.Linear`` in bfloat16 through
+``torch.autocast("cpu")`` (oneDNN's bf16 GEMM on CPUs with AVX512-BF16 or AMX); the tensors handed
+to the aggregation and dropout callables are cast back to float32, so the native kernels, the MPI
+exchange and its byte counts are unchanged. The effect on accuracy is measured by
+``bench/precision.py``; it is never counted toward float32 speed targets.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, ContextManager
+
+import torch
+
+from distgnn.errors import DistgnnError
+
+PRECISIONS = ("fp32", "bf16")
+
+LayerFn = Callable[[int, torch.Tensor], torch.Tensor]
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise DistgnnError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
+
+
+def dense_autocast(precision: str) -> ContextManager[None]:
+    """Context for the model's forward pass: bf16 autocast for ``bf16``, nothing for ``fp32``."""
+    if check_precision(precision) == "bf16":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def in_float32(fn: LayerFn) -> LayerFn:
+    """``fn(i, h)`` called with h cast to float32 (a no-op for float32 input; autograd casts the
+    gradient back)."""
+
+    def call(i: int, h: torch.Tensor) -> torch.Tensor:
+        return fn(i, h if h.dtype == torch.float32 else h.float())
+
+    return call
