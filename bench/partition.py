@@ -17,7 +17,9 @@ Sections (each figure printed in a table):
 3. The whole path with features for P = 16 on R24 with Reddit's width (602 features, 41
    classes): ``distgnn partition GRAPH.zarr --parts 16`` (assign + build every part, from the
    graph store) against DGL's ``dgl.distgnn.partition.partition_graph`` (from an in-memory
-   DGLGraph with the same features). Both run in child processes: wall time and peak RSS.
+   DGLGraph with the same features). Both run in child processes: wall time, peak RSS and bytes
+   written, beside the raw write rate of the output folder (``--outputs``: a tmpfs such as
+   /dev/shm compares the software rather than the disk).
 
 Every run happens in a child process so peak memory (``ru_maxrss``) is its own.
 """
@@ -223,6 +225,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="DGL runs per P (mean RF)")
     parser.add_argument("--work", help="scratch folder (default: a temporary one)")
     parser.add_argument("--sections", default="1,2,3")
+    parser.add_argument("--outputs", help="section 3: folder both sides write their partitions to "
+                                          "(default: --work; e.g. /dev/shm takes the disk out)")
     parser.add_argument("--products", help="synth-products graph.zarr: partition it into 16 parts")
     args = parser.parse_args()
     if args.child:
@@ -282,17 +286,41 @@ def main() -> None:
     if "3" in sections:
         print(f"\n== 3. whole path with features, R24 x {REDDIT_WIDTH} features, P = 16", flush=True)
         graph = _reddit_like_store(work)
+        outputs = Path(args.outputs or work)
+        outputs.mkdir(parents=True, exist_ok=True)
+        print(f"outputs in {outputs}: raw write rate there {write_rate(outputs):.2f} GB/s "
+              f"(1 GiB in 8 MiB files, no fsync)", flush=True)
         import shutil
-        for old in ("ours-16", "dgl-whole"):  # neither side pays for removing an earlier output
-            shutil.rmtree(work / old, ignore_errors=True)
-        ours = run_child("ours-whole", str(graph), 16, threads, str(work / "ours-16"),
-                         threads=threads)
-        dgl = run_child("dgl-whole", str(graph), 16, threads, str(work / "dgl-whole"),
-                        threads=threads)
+        written = {}
+        for kind, name in (("ours-whole", "ours-16"), ("dgl-whole", "dgl-whole")):
+            shutil.rmtree(outputs / name, ignore_errors=True)  # neither side pays for removal
+            res = run_child(kind, str(graph), 16, threads, str(outputs / name), threads=threads)
+            written[kind] = (res, folder_bytes(outputs / name))
+            shutil.rmtree(outputs / name, ignore_errors=True)  # room for the other (tmpfs)
+        (ours, ours_bytes), (dgl, dgl_bytes) = written["ours-whole"], written["dgl-whole"]
         print(f"ours: {ours['seconds']:.1f} s (assign {ours['assign_seconds']:.1f} s), peak "
-              f"{gib(ours['peak_rss'])}, RF {ours['rf']:.4f}")
-        print(f"DGL : {dgl['seconds']:.1f} s, peak {gib(dgl['peak_rss'])}")
+              f"{gib(ours['peak_rss'])}, RF {ours['rf']:.4f}, wrote {ours_bytes / 1e9:.2f} GB")
+        print(f"DGL : {dgl['seconds']:.1f} s, peak {gib(dgl['peak_rss'])}, wrote {dgl_bytes / 1e9:.2f} GB")
         print(f"speedup {dgl['seconds'] / ours['seconds']:.1f}x", flush=True)
+
+
+def write_rate(folder: Path, total: int = 2 ** 30, block: int = 8 * 2 ** 20) -> float:
+    """GB/s of plain file writes into ``folder`` (page cache included, as the partitioners see it)."""
+    import shutil
+
+    probe = folder / "write-rate-probe"
+    probe.mkdir(exist_ok=True)
+    data = np.random.default_rng(0).bytes(block)
+    start = time.perf_counter()
+    for i in range(total // block):
+        (probe / str(i)).write_bytes(data)
+    seconds = time.perf_counter() - start
+    shutil.rmtree(probe)
+    return total / seconds / 1e9
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
 def products(graph: str, work: Path, threads: int) -> None:
