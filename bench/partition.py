@@ -225,6 +225,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="DGL runs per P (mean RF)")
     parser.add_argument("--work", help="scratch folder (default: a temporary one)")
     parser.add_argument("--sections", default="1,2,3")
+    parser.add_argument("--whole-repeats", type=int, default=2,
+                        help="section 3: runs of each whole path (fastest kept)")
     parser.add_argument("--outputs", help="section 3: folder both sides write their partitions to "
                                           "(default: --work; e.g. /dev/shm takes the disk out)")
     parser.add_argument("--products", help="synth-products graph.zarr: partition it into 16 parts")
@@ -291,17 +293,20 @@ def main() -> None:
         print(f"outputs in {outputs}: raw write rate there {write_rate(outputs):.2f} GB/s "
               f"(1 GiB in 8 MiB files, no fsync)", flush=True)
         import shutil
-        written = {}
-        for kind, name in (("ours-whole", "ours-16"), ("dgl-whole", "dgl-whole")):
-            shutil.rmtree(outputs / name, ignore_errors=True)  # neither side pays for removal
-            res = run_child(kind, str(graph), 16, threads, str(outputs / name), threads=threads)
-            written[kind] = (res, folder_bytes(outputs / name))
-            shutil.rmtree(outputs / name, ignore_errors=True)  # room for the other (tmpfs)
+        written: dict[str, tuple[dict, int]] = {}
+        for _ in range(args.whole_repeats):  # alternating; the fastest of each kept
+            for kind, name in (("ours-whole", "ours-16"), ("dgl-whole", "dgl-whole")):
+                shutil.rmtree(outputs / name, ignore_errors=True)  # neither side pays for removal
+                res = run_child(kind, str(graph), 16, threads, str(outputs / name), threads=threads)
+                if kind not in written or res["seconds"] < written[kind][0]["seconds"]:
+                    written[kind] = (res, folder_bytes(outputs / name))
+                shutil.rmtree(outputs / name, ignore_errors=True)  # room for the other (tmpfs)
         (ours, ours_bytes), (dgl, dgl_bytes) = written["ours-whole"], written["dgl-whole"]
         print(f"ours: {ours['seconds']:.1f} s (assign {ours['assign_seconds']:.1f} s), peak "
               f"{gib(ours['peak_rss'])}, RF {ours['rf']:.4f}, wrote {ours_bytes / 1e9:.2f} GB")
         print(f"DGL : {dgl['seconds']:.1f} s, peak {gib(dgl['peak_rss'])}, wrote {dgl_bytes / 1e9:.2f} GB")
-        print(f"speedup {dgl['seconds'] / ours['seconds']:.1f}x", flush=True)
+        print(f"speedup {dgl['seconds'] / ours['seconds']:.1f}x (fastest of {args.whole_repeats} each)",
+              flush=True)
 
 
 def write_rate(folder: Path, total: int = 2 ** 30, block: int = 8 * 2 ** 20) -> float:

@@ -223,13 +223,23 @@ def build_all(folder: str | os.PathLike, threads: int = 0) -> list[Path]:
     once as well: each source chunk is read one time and its rows sent to every part's writer
     (memory: two chunks per part, whatever the width)."""
     inp = load_inputs(folder)
-    writers = max(1, threads if threads > 0 else (os.cpu_count() or 1))
+    workers = max(1, threads if threads > 0 else (os.cpu_count() or 1))
     with contextlib.ExitStack() as stack:
         # Chunk writes run in the background (one in flight per row writer), overlapping the
         # gathers; exiting the stack waits for them before any output is committed or removed.
-        executor = stack.enter_context(ThreadPoolExecutor(max_workers=writers))
-        parts = [stack.enter_context(PartWriter(inp, k, threads, executor=executor))
-                 for k in progress(range(inp.attrs["P"]), desc="build structure")]
+        executor = stack.enter_context(ThreadPoolExecutor(max_workers=workers))
+        # The parts' structure (CSR, transpose, plan, masks) is built side by side; every part
+        # that was made joins the stack (so it is removed if another one failed).
+        futures = [executor.submit(PartWriter, inp, k, 1, executor=executor)
+                   for k in range(inp.attrs["P"])]
+        parts, error = [], None
+        for future in progress(futures, desc="build structure"):
+            try:
+                parts.append(stack.enter_context(future.result()))
+            except BaseException as exc:  # noqa: BLE001 - re-raised once every part is settled
+                error = error or exc
+        if error is not None:
+            raise error
         for name in PartWriter.ROW_ARRAYS:
             gather_rows_multi(inp.store[name], [(p.l2g, p.rows[name]) for p in parts],
                               desc=f"build {name}")

@@ -8,8 +8,12 @@ import numpy as np
 import zarr
 import zarr.codecs
 
+from distgnn import _native
 from distgnn.errors import DistgnnError
 from distgnn.zarr_io import ChecksummedWriter, create_array, rows_per_chunk
+
+
+_NATIVE_GATHER = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def read_whole(array: zarr.Array) -> np.ndarray:
@@ -70,11 +74,16 @@ class RowWriter:
         return self.buffers[self.current]
 
     def take(self, block: np.ndarray, rows: np.ndarray) -> None:
-        """Append ``block[rows]``."""
+        """Append ``block[rows]`` (rows int64)."""
+        native = block.ndim == 2 and block.dtype in _NATIVE_GATHER and block.flags.c_contiguous
         pos = 0
         while pos < len(rows):
             count = min(self.step - self.fill, len(rows) - pos)
-            np.take(block, rows[pos:pos + count], axis=0, out=self.buf[self.fill:self.fill + count])
+            out = self.buf[self.fill:self.fill + count]
+            if native:  # one thread, without the GIL: overlaps the background chunk writes
+                _native.gather_rows(block, rows[pos:pos + count], out, 1)
+            else:
+                np.take(block, rows[pos:pos + count], axis=0, out=out)
             self.fill += count
             pos += count
             if self.fill == self.step:
