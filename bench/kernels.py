@@ -139,6 +139,28 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
     return rows
 
 
+def gather_rates(dim: int, threads: int, repeats: int,
+                 table_mib: tuple[int, ...] = (2, 8, 16, 32, 64, 256)) -> List[List[str]]:
+    """Rate at which random rows of ``dim`` float32 can be summed from a table of a given size:
+    the same kernel on uniform random rows (100 sources each, 16M gathers in all), so the only
+    change between lines is whether the table fits in cache. It bounds what any aggregation kernel
+    can reach on a graph whose gathers miss the cache (R24: a 238 MB table)."""
+    rows = []
+    m = 16_000_000 // max(1, dim // 64)
+    gen = torch.Generator().manual_seed(1)
+    for mib in table_mib:
+        n_src = max(1, mib * 2 ** 20 // (dim * 4))
+        x = torch.randn(n_src, dim, generator=gen)
+        indptr = torch.arange(0, m + 1, 100, dtype=torch.int64)
+        indices = torch.randint(0, n_src, (int(indptr[-1]),), generator=gen, dtype=torch.int32)
+        y = torch.empty(indptr.numel() - 1, dim)
+        fn = lambda: _native.aggregate_spmm(indptr, indices, x, y, None, None, threads)  # noqa: E731
+        fn()
+        best = interleaved_min({"g": fn}, repeats)["g"]
+        rows.append([f"{mib}", f"{indices.numel() * dim * 4 / best / 1e9:.1f}"])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--graphs", nargs="+", default=["R24", "P26"])
@@ -156,6 +178,11 @@ def main() -> None:
     print(f"Machine: {machine_line(args.threads)}; aggregation ISA {_native.aggregate_isa()}")
     print(f"F = {args.dim} float32, minimum of {args.repeats} interleaved rounds; effective GB/s = "
           f"(m*F*4 + index bytes + output bytes) / time\n", flush=True)
+    if not args.quick:
+        print("Random-row gather rate of the kernel against the size of the table gathered from "
+              f"(F = {args.dim}, uniform sources, {args.threads} threads):\n")
+        print(markdown_table(["table MiB", "gathered GB/s"], gather_rates(args.dim, args.threads,
+                                                                        args.repeats)) + "\n", flush=True)
     for name in args.graphs:  # one table per graph, printed as soon as it is measured
         before = stream_triad(args.threads)
         only = ["ours", "DGL 1.1.3 update_all(copy_u, sum)"] if args.quick else None

@@ -79,7 +79,8 @@ def test_dry_run_of_default_config_lists_the_jobs():
 
 @pytest.mark.parametrize("section,key,value", [("train", "epochs", "three"),
                                                 ("partition", "bogus", 1),
-                                                ("train", "algos", ["cd-zero"])])
+                                                ("train", "algos", ["cd-zero"]),
+                                                ("train", "precision", "fp16")])
 def test_invalid_config_is_refused_before_any_job(tmp_path, section, key, value):
     config = tiny()
     config[section][key] = value
