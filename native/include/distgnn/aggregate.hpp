@@ -16,7 +16,7 @@
 // * vectorised inner loops (fixed-width blocks unrolled at compile time), compiled for AVX-512,
 //   AVX2 and baseline x86-64 and picked at run time (portable build), or for the build machine
 //   only when DISTGNN_NATIVE_ARCH is defined.
-// * software prefetch of the source row `prefetch` edges ahead (default 16), across row ends.
+// * software prefetch of the source row `prefetch` edges ahead (default 8), across row ends.
 // * source tiling (opt-in, rows sorted): all threads sweep one (column block, source tile) at a
 //   time so the gathered rows could be shared in the last-level cache; each row's tile bounds are
 //   found once per call. Off by default: on the development VM (32 MB L3 shared with other
@@ -300,13 +300,16 @@ inline bool valid_block(int block) {
          block == 256;
 }
 
-// Default column block: 64 float32 columns (256 bytes, four cache lines) measured best here; wider
-// blocks for narrow features so that a row is one block.
+// Default column block: up to 1 KB of a row (256 float32 columns) in one pass. Narrower blocks
+// revisit every gathered row once per block, paying its TLB miss and DRAM page again: on the
+// quiet development VM 64-column blocks ran at 0.62x DGL on P26 (a 2.5 GB table) against 0.78x
+// for whole 256-column rows, and about 5% slower on R24. Without AVX-512 (16 vector registers)
+// the block is 512 bytes, so that the accumulators of a row still fit in registers.
 template <typename T>
-inline int default_block(int64_t F) {
-  const int64_t bytes = 256;
+inline int default_block(int64_t F, detail::Isa isa = detail::detect_isa()) {
+  const int64_t bytes = isa == detail::Isa::avx512 ? 1024 : 512;
   int64_t w = bytes / static_cast<int64_t>(sizeof(T));
-  if (F < w) w = F <= 8 ? 8 : F <= 16 ? 16 : F <= 32 ? 32 : 64;
+  if (F < w) w = F <= 8 ? 8 : F <= 16 ? 16 : F <= 32 ? 32 : F <= 64 ? 64 : F <= 128 ? 128 : 256;
   return static_cast<int>(w);
 }
 
@@ -331,7 +334,7 @@ void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const T* x, i
   std::vector<T> scratch(static_cast<size_t>(n_pieces * F));
   const int block = opt.block > 0 ? opt.block : default_block<T>(F);
   const detail::ChunkFn<T, I> fn = detail::pick<T, I>(block, detail::detect_isa());
-  detail::Args args{indptr, F, self != nullptr ? n_self : 0, opt.prefetch < 0 ? 16 : opt.prefetch};
+  detail::Args args{indptr, F, self != nullptr ? n_self : 0, opt.prefetch < 0 ? 8 : opt.prefetch};
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
   const int tiles = opt.sorted && opt.tiles > 1 ? opt.tiles : 1;
   if (tiles <= 1) {
