@@ -98,6 +98,17 @@ def build_ours_bf16(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.
     return build_ours(indptr, indices, args, clock, "bf16")
 
 
+def stacked(layers: torch.nn.ModuleList, x: torch.Tensor,
+            call: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """The baselines' forward: the layers in turn, ReLU and dropout 0.5 between them."""
+    h = x
+    for i, layer in enumerate(layers):
+        if i > 0:
+            h = F.dropout(F.relu(h), 0.5, True)
+        h = call(layer, h)
+    return h
+
+
 def build_dgl(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namespace, clock: Clock):
     from distgnn.compat import import_dgl
 
@@ -120,15 +131,7 @@ def build_dgl(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namesp
     layers = torch.nn.ModuleList(dgl.nn.pytorch.SAGEConv(dims[i], dims[i + 1], args.aggregator)
                                  for i in range(3))
 
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for i, layer in enumerate(layers):
-            if i > 0:
-                h = F.dropout(F.relu(h), 0.5, True)
-            h = layer(graph, h)
-        return h
-
-    return layers, forward
+    return layers, lambda x: stacked(layers, x, lambda layer, h: layer(graph, h))
 
 
 def build_pyg(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namespace, clock: Clock):
@@ -145,15 +148,7 @@ def build_pyg(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namesp
         layer.message_and_aggregate = (lambda adj, x, original=original:
                                        timed(clock, lambda t: original(adj, (t, x[1])), x[0]))
 
-    def forward(x: torch.Tensor) -> torch.Tensor:
-        h = x
-        for i, layer in enumerate(layers):
-            if i > 0:
-                h = F.dropout(F.relu(h), 0.5, True)
-            h = layer(h, adj_t)
-        return h
-
-    return layers, forward
+    return layers, lambda x: stacked(layers, x, lambda layer, h: layer(h, adj_t))
 
 
 BUILDERS = {"ours": build_ours, "DGL 1.1.3": build_dgl, "PyG": build_pyg,
