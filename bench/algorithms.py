@@ -35,6 +35,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="synth-reddit")
     parser.add_argument("--scale", type=float, default=0.01)
+    parser.add_argument("--mean-degree", type=float, default=None,
+                        help="twin's mean in-degree instead of the scaled one (distgnn fetch --mean-degree)")
     parser.add_argument("--parts", type=int, default=4)
     parser.add_argument("--method", default="libra")
     parser.add_argument("--epochs", type=int, default=100)
@@ -42,6 +44,7 @@ def main() -> int:
     parser.add_argument("--algos", nargs="+", default=["cd-0", "cd-5", "cd-5-orig", "0c"])
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--aggregator", choices=("mean", "gcn"), default="mean")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--work", default=None, help="work folder (default: a temp folder)")
@@ -52,7 +55,7 @@ def main() -> int:
     env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OUTDATED_IGNORE": "1"}
     from distgnn.data.fetch import fetch
 
-    graph = fetch(args.dataset, root=work / "data", scale=args.scale)
+    graph = fetch(args.dataset, root=work / "data", scale=args.scale, mean_degree=args.mean_degree)
     partdir = work / f"{args.method}-{args.parts}"
     if not partdir.exists():
         sh(python, "-m", "distgnn", "partition", graph, "--parts", str(args.parts), "--method",
@@ -66,6 +69,7 @@ def main() -> int:
                 sh("mpiexec", "--oversubscribe", "-n", str(args.parts), python, "-m", "distgnn", "train",
                    partdir, "--algo", algo, "--epochs", str(args.epochs), "--seed", str(seed),
                    "--hidden", str(args.hidden), "--layers", str(args.layers), "--lr", str(args.lr),
+                   "--aggregator", args.aggregator,
                    "--dropout", str(args.dropout), "--threads", str(threads), "--eval-every", "1",
                    "--out", run, "--quiet", env={**env, "OMP_NUM_THREADS": str(threads)})
             summary = json.loads((run / "summary.json").read_text())
@@ -80,8 +84,10 @@ def main() -> int:
         return float(np.mean(values)), float(np.std(values))
 
     rf = results[args.algos[0]][0]["replication_factor"]
-    print(f"# Delayed-update algorithms: {args.dataset} --scale {args.scale:g}, {args.method} P={args.parts} "
-          f"(replication factor {rf:.3f}), {args.layers}-layer GraphSAGE hidden {args.hidden}, "
+    degree = f" --mean-degree {args.mean_degree:g}" if args.mean_degree is not None else ""
+    print(f"# Delayed-update algorithms: {args.dataset} --scale {args.scale:g}{degree}, {args.method} P={args.parts} "
+          f"(replication factor {rf:.3f}), {args.layers}-layer GraphSAGE ({args.aggregator}) hidden {args.hidden}, "
+          f"lr {args.lr:g}, dropout {args.dropout:g}, "
           f"{args.epochs} epochs, seeds {args.seeds}, {threads} thread(s) per rank")
     print(f"machine: {platform.node()}, {os.cpu_count()} cores; {datetime.date.today()}")
     print()

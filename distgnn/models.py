@@ -7,7 +7,10 @@ Layer math equals DGL 1.1.3's ``SAGEConv`` (no feat_drop, norm or activation ins
 * ``gcn``:  out = fc_neigh((sum_{u in N(v)} h_u + h_v) / (deg_v + 1)) + bias.
 
 fc_neigh is applied *before* aggregation when it narrows the width (in > out), as DGL does
-(aggregation commutes with a linear map, so this only changes cost and rounding).
+(aggregation commutes with a linear map, so this only changes cost and rounding). The input
+features are constant and layer 0 has no dropout on its input, so the trainer may hand in layer 0's
+neighbour aggregate of ``x`` computed once (``x_aggregate``); layer 0 then applies fc_neigh to it,
+which removes one aggregation forward and backward per epoch.
 
 State dict (parameter names equal DGL's, so ``SAGEConv`` weights load one-to-one per layer)::
 
@@ -64,9 +67,15 @@ class SAGELayer(nn.Module):
         if self.aggregator == "mean":
             nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
 
-    def forward(self, h: torch.Tensor, aggregate: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
-        """h [n_src, in_dim] -> [n_dst, out_dim], n_dst = the aggregation's row count."""
-        if self.lin_before_mp:
+    def forward(self, h: torch.Tensor, aggregate: Callable[[torch.Tensor], torch.Tensor],
+                h_aggregate: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """h [n_src, in_dim] -> [n_dst, out_dim], n_dst = the aggregation's row count.
+
+        ``h_aggregate`` [n_dst, in_dim]: ``aggregate(h)`` computed beforehand (h is then constant);
+        ``aggregate`` is not called."""
+        if h_aggregate is not None:
+            h_neigh = self.fc_neigh(h_aggregate)
+        elif self.lin_before_mp:
             h_neigh = aggregate(self.fc_neigh(h))
         else:
             h_neigh = self.fc_neigh(aggregate(h))
@@ -96,12 +105,18 @@ class GraphSAGE(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, aggregate: AggregateFn,
-                dropout: Optional[DropoutFn] = None) -> torch.Tensor:
-        """x [n, in_dim] -> logits [n_dst, out_dim]."""
+                dropout: Optional[DropoutFn] = None,
+                x_aggregate: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x [n, in_dim] -> logits [n_dst, out_dim].
+
+        ``x_aggregate`` [n_dst, in_dim]: ``aggregate(0, x)`` computed once by the caller (x must not
+        require grad); layer 0 then does no aggregation."""
+        if x_aggregate is not None and x.requires_grad:
+            raise DistgnnError("GraphSAGE: x_aggregate needs constant input features (x requires grad)")
         h = x
         for i, layer in enumerate(self.layers):
             if i > 0:
                 h = F.relu(h)
                 h = dropout(i, h) if dropout is not None else F.dropout(h, self.dropout, self.training)
-            h = layer(h, lambda t, i=i: aggregate(i, t))
+            h = layer(h, lambda t, i=i: aggregate(i, t), x_aggregate if i == 0 else None)
         return h

@@ -86,3 +86,35 @@ def test_dropout_callable_between_layers() -> None:
     y.sum().backward()
     assert seen == [(1, (N, 8)), (2, (N, 8))]
     assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize("in_dim", [30, 10])  # layer 0 linear before / after aggregation
+@pytest.mark.parametrize("aggregator", ["mean", "gcn"])
+def test_precomputed_input_aggregate_gives_the_same_model(aggregator: str, in_dim: int) -> None:
+    """Layer 0 fed with aggregate(0, x) computed beforehand: same logits and parameter gradients,
+    and layer 0's aggregation is not called."""
+    indptr, indices = power_law_graph(N, N, 1500, seed=4)  # has empty rows
+    torch.manual_seed(2)
+    model = GraphSAGE(in_dim, 16, 5, layers=3, aggregator=aggregator, dropout=0.0).double()
+    x = torch.randn(N, in_dim, dtype=torch.float64)
+    calls: list[int] = []
+
+    def aggregate(i: int, t: torch.Tensor) -> torch.Tensor:
+        calls.append(i)
+        return ops.aggregate(indptr, indices, t, aggregator)
+
+    y = model(x, aggregate)
+    y.square().sum().backward()
+    plain = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+    assert calls == [0, 1, 2]
+    calls.clear()
+    cached = ops.aggregate(indptr, indices, x, aggregator)
+    y_cached = model(x, aggregate, x_aggregate=cached)
+    y_cached.square().sum().backward()
+    assert calls == [1, 2]
+    torch.testing.assert_close(y_cached, y)
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, plain[k], msg=k)
+    with pytest.raises(Exception, match="constant input"):
+        model(x.clone().requires_grad_(True), aggregate, x_aggregate=cached)

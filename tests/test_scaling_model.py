@@ -70,7 +70,10 @@ def test_predictions_monotone_where_they_must_be():
     law = ReplicationLaw(a=0.8, b=0.5)
     net = NetworkModel()
     parts = [1, 2, 4, 8, 16, 32, 64, 128]
-    rows = speedup_table(GRAPH, MODEL, _costs(), law, net, ["cd-0", "cd-5", "0c"], parts)
+    # every layer aggregating every epoch (with the input cache cd-0 skips layer 0's work and
+    # exchange, so it may beat cd-5 and 0c: see test_input_cache_...)
+    every_epoch = ModelShape(MODEL.layers, MODEL.hidden, input_cache=False)
+    rows = speedup_table(GRAPH, every_epoch, _costs(), law, net, ["cd-0", "cd-5", "0c"], parts)
     by = {(r["algo"], r["P"]): r for r in rows}
     for p in parts[1:]:
         # less communication, never slower: 0c <= cd-5 <= cd-0
@@ -82,8 +85,8 @@ def test_predictions_monotone_where_they_must_be():
     # a slower network never speeds cd-0 up; a faster compute never slows it down
     slow = NetworkModel(latency=1e-4, bandwidth=1e8)
     for p in parts[1:]:
-        assert predict_epoch(p, "cd-0", GRAPH, MODEL, _costs(), law, slow).total_s >= by["cd-0", p]["epoch_s"]
-        assert predict_epoch(p, "cd-0", GRAPH, MODEL, _costs().scaled(4), law, net).total_s < by["cd-0", p]["epoch_s"]
+        assert predict_epoch(p, "cd-0", GRAPH, every_epoch, _costs(), law, slow).total_s >= by["cd-0", p]["epoch_s"]
+        assert predict_epoch(p, "cd-0", GRAPH, every_epoch, _costs().scaled(4), law, net).total_s < by["cd-0", p]["epoch_s"]
     # speedup is sublinear when replication adds work: RF(P) > 1 makes dense work shrink slower than 1/P
     assert all(by["0c", p]["speedup"] < p for p in parts[1:])
 
@@ -139,3 +142,16 @@ def test_half_edges_and_row_cost_split():
     assert p1 == pytest.approx([1.0, 1.0])
     p4 = [predict_epoch(4, "0c", GRAPH, MODEL, c, law, NetworkModel()).aggregate_s for c in (flat, rows)]
     assert p4[1] > p4[0]
+
+
+def test_input_cache_removes_layer0_from_cd0_and_one_rank_only() -> None:
+    """With the trainer's input cache, cd-0 (any P) and every algorithm at P = 1 aggregate and
+    exchange no layer 0; 0c and cd-r at P > 1 still aggregate every layer."""
+    graph = GraphShape(232_965, 114_615_892, 602, 41)
+    cached, every = ModelShape(3, 256, True), ModelShape(3, 256, False)
+    assert every.aggregated_widths(graph, "cd-0", 4) == [256, 256, 41]
+    assert cached.aggregated_widths(graph, "cd-0", 4) == [256, 41]
+    assert cached.aggregated_widths(graph, "0c", 1) == [256, 41]
+    assert cached.aggregated_widths(graph, "0c", 4) == [256, 256, 41]
+    assert cached.aggregated_widths(graph, "cd-5", 4) == [256, 256, 41]
+    assert cached.agg_units(graph) == 2 * (256 + 41)

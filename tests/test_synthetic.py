@@ -9,6 +9,7 @@ import pytest
 from distgnn.data.fetch import fetch
 from distgnn.data.graph_store import GraphStore
 from distgnn.data.synthetic import MAX_DEGREE_FRACTION, TWINS, twin_size
+from distgnn.errors import DistgnnError
 
 
 @pytest.mark.parametrize("dataset,scale", [("synth-reddit", 0.01), ("synth-products", 0.001),
@@ -51,6 +52,26 @@ def test_mean_degree_cap_rule() -> None:
     assert m == (n * n) // MAX_DEGREE_FRACTION - ((n * n) // MAX_DEGREE_FRACTION) % 2
     n, m = twin_size(spec, 1.0)
     assert (n, m) == (spec.num_nodes, spec.num_edges)
+
+
+def test_mean_degree_option(tmp_path: Path) -> None:
+    """--mean-degree D gives about D x N edges at any scale (store name and attrs say so), respects
+    the N/50 cap, and is refused for real datasets, each with one clear line."""
+    from conftest import run_cli
+
+    spec = TWINS["synth-reddit"]
+    n, m = twin_size(spec, 0.01, mean_degree=8)
+    assert n == round(spec.num_nodes * 0.01) and m == round(8 * n) - round(8 * n) % 2
+    with pytest.raises(DistgnnError, match="--mean-degree"):
+        twin_size(spec, 0.01, mean_degree=n / MAX_DEGREE_FRACTION + 1)
+    proc = run_cli("fetch", "synth-products", "--scale", "0.002", "--mean-degree", "6",
+                   "--root", tmp_path, "--threads", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    store = GraphStore.open(tmp_path / "synth-products-x0.002-d6" / "graph.zarr")
+    assert store.attrs["mean_degree"] == 6
+    assert abs(store.attrs["num_edges"] / store.attrs["num_nodes"] - 6) < 0.1
+    proc = run_cli("fetch", "cora", "--mean-degree", "6", "--root", tmp_path, "--source", tmp_path)
+    assert proc.returncode != 0 and "--mean-degree applies to synthetic twins only" in proc.stderr
 
 
 def test_twin_is_deterministic_and_independent_of_budget(tmp_path: Path) -> None:

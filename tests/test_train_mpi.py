@@ -91,7 +91,9 @@ def test_delayed_traffic_and_0c(partitions, tmp_path: Path) -> None:
     bytes_forward = {}
     for algo in ("cd-0", "cd-2", "cd-3", "cd-3-orig", "0c"):
         run = tmp_path / algo
-        train(partitions[parts], parts, run, "--algo", algo, "--epochs", str(epochs), "--eval-every", "0")
+        # every layer aggregates every epoch (no cached layer-0 aggregate), as in DistGNN
+        train(partitions[parts], parts, run, "--algo", algo, "--epochs", str(epochs), "--eval-every", "0",
+              "--no-input-cache")
         recs = records(run)
         steady = recs[6:]  # past 2r epochs for r <= 3
         bytes_forward[algo] = np.mean([r["bytes_forward"] for r in steady])
@@ -102,6 +104,29 @@ def test_delayed_traffic_and_0c(partitions, tmp_path: Path) -> None:
     for algo, r in (("cd-2", 2), ("cd-3", 3), ("cd-3-orig", 3)):
         # split vertices fall into r bins of slightly different sizes
         assert bytes_forward[algo] == pytest.approx(bytes_forward["cd-0"] / r, rel=0.25), algo
+
+
+def test_input_cache_skips_layer0_exchange_and_keeps_0c_and_cdr_training(partitions, tmp_path: Path) -> None:
+    """With layer 0's input aggregate computed once (the default), cd-0 trains exactly as before but
+    exchanges only layer 1 (both layers are 16 wide here: half the bytes); 0c and cd-r train as
+    without the cache (it serves their exact evaluation only)."""
+    parts, epochs = 3, 8
+    for algo in ("cd-0", "0c", "cd-2"):
+        runs = {}
+        for flag in ([], ["--no-input-cache"]):
+            runs[bool(flag)] = tmp_path / f"{algo}{''.join(flag)}"
+            train(partitions[parts], parts, runs[bool(flag)], "--algo", algo, "--epochs", str(epochs),
+                  "--eval-every", "4", *flag)
+        cached, every_epoch = records(runs[False]), records(runs[True])
+        np.testing.assert_allclose(losses(runs[False]), losses(runs[True]), rtol=1e-5, err_msg=algo)
+        for a, b in zip(cached, every_epoch):
+            if "val" in a:
+                assert a["val"] == pytest.approx(b["val"], abs=0.01), algo
+        forward = [np.mean([r["bytes_forward"] for r in recs[4:]]) for recs in (cached, every_epoch)]
+        if algo == "cd-0":
+            assert forward[0] == pytest.approx(forward[1] / 2, rel=1e-9)
+        else:
+            assert forward[0] == forward[1], algo
 
 
 @pytest.mark.parametrize("algo", ["cd-0", "cd-3"])

@@ -87,3 +87,26 @@ def test_bf16_dense_work_is_close_to_fp32_but_not_identical(tmp_path: Path) -> N
     assert summary["best_val"] > 0.5
     proc = run_cli("train", folder, "--precision", "fp16", "--out", tmp_path / "bad")
     assert proc.returncode != 0 and "--precision" in proc.stderr
+
+
+def test_input_cache_equals_aggregating_every_epoch(tmp_path: Path) -> None:
+    """Layer 0's aggregate of the input computed once (the default) gives the per-epoch losses
+    and accuracies of --no-input-cache to float tolerance, with layer 0 linear before (602 -> 32)
+    and after (602 -> 640) aggregation."""
+    folder = one_part(tmp_path, "synth-reddit", 0.005)
+    for hidden in ("32", "640"):
+        runs = {}
+        for flag in ([], ["--no-input-cache"]):
+            run = tmp_path / f"h{hidden}{''.join(flag)}"
+            proc = run_cli("train", folder, "--algo", "cd-0", "--epochs", "8", "--hidden", hidden,
+                           "--eval-every", "4", "--threads", "1", "--out", run, "--quiet", *flag)
+            assert proc.returncode == 0, proc.stderr
+            runs[bool(flag)] = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+            summary = json.loads((run / "summary.json").read_text())
+            assert (summary["input_cache_time_s"] > 0) == (not flag)
+        cached, every_epoch = runs[False], runs[True]
+        torch.testing.assert_close(torch.tensor([l["loss"] for l in cached]),
+                                   torch.tensor([l["loss"] for l in every_epoch]), rtol=1e-5, atol=0)
+        for a, b in zip(cached, every_epoch):
+            if "val" in a:
+                assert abs(a["val"] - b["val"]) < 0.01 and abs(a["test"] - b["test"]) < 0.01

@@ -75,12 +75,31 @@ def test_dry_run_of_default_config_lists_the_jobs():
     assert set(algos) == {"cd-0", "cd-5", "0c"} and parts == [1, 2, 4]
     assert "distgnn launch partitions/synth-reddit-x0.01/libra-4 --algo cd-5" in proc.stdout
     assert "--executor local" in proc.stdout
+    assert "--no-input-cache" not in proc.stdout
+
+
+def test_mean_degree_reaches_fetch_and_the_store_name(tmp_path):
+    config = tiny(train={"algos": ["cd-0"]})
+    config["datasets"][0]["mean_degree"] = 8
+    wd = workdir(tmp_path, config)
+    proc = snakemake("-n", "-p", cwd=wd)
+    assert proc.returncode == 0, proc.stderr
+    assert "--mean-degree 8" in proc.stdout
+    assert "data/synth-reddit-x0.01-d8/graph.zarr" in proc.stdout
+
+
+def test_input_cache_false_reaches_the_train_command(tmp_path):
+    wd = workdir(tmp_path, tiny(train={"algos": ["cd-0"], "input_cache": False}))
+    proc = snakemake("-n", "-p", cwd=wd)
+    assert proc.returncode == 0, proc.stderr
+    assert "--algo cd-0" in proc.stdout and "--no-input-cache" in proc.stdout
 
 
 @pytest.mark.parametrize("section,key,value", [("train", "epochs", "three"),
                                                 ("partition", "bogus", 1),
                                                 ("train", "algos", ["cd-zero"]),
-                                                ("train", "precision", "fp16")])
+                                                ("train", "precision", "fp16"),
+                                                ("train", "input_cache", "yes")])
 def test_invalid_config_is_refused_before_any_job(tmp_path, section, key, value):
     config = tiny()
     config[section][key] = value

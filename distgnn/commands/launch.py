@@ -48,7 +48,9 @@ def check_local_memory(args: argparse.Namespace) -> None:
     available = available_memory_bytes()
     if not available:
         return
-    ok, reason = fits(estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo), available)
+    estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
+                                    input_cache=not args.no_input_cache)
+    ok, reason = fits(estimates, available)
     if not ok:
         raise DistgnnError(f"{args.partdir}: the run would not fit in memory: {reason} (estimate from "
                            f"the partition attributes; --skip-memory-check starts it anyway)")

@@ -38,6 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--classes", type=int)
     pr.add_argument("--layers", type=int, default=3)
     pr.add_argument("--hidden", type=int, default=256)
+    pr.add_argument("--no-input-cache", action="store_true",
+                    help="model runs with distgnn train --no-input-cache (layer 0 aggregates every epoch)")
     pr.add_argument("--parts", type=int, nargs="+", default=DEFAULT_PARTS)
     pr.add_argument("--algos", nargs="+", default=["cd-0", "cd-5", "0c"])
     pr.add_argument("--network", choices=("infiniband", "measured"), default="infiniband",
@@ -58,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     me.add_argument("--layers", type=int, default=3)
     me.add_argument("--hidden", type=int, default=256)
     me.add_argument("--algo", default="cd-0")
+    me.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
     me.set_defaults(func=run_memory)
 
 
@@ -110,7 +113,7 @@ def run_predict(args: argparse.Namespace) -> int:
         net.source += f"; latency {args.latency_us} us"
     if min(args.parts) < 1:
         raise DistgnnError("--parts: every P must be >= 1")
-    rows = speedup_table(graph, ModelShape(args.layers, args.hidden), costs.scaled(args.compute_speedup),
+    rows = speedup_table(graph, ModelShape(args.layers, args.hidden, not args.no_input_cache), costs.scaled(args.compute_speedup),
                          law, net, args.algos, sorted(args.parts), args.ranks_per_node)
     if args.json:
         print(json.dumps(rows))
@@ -135,7 +138,8 @@ def format_table(rows: list[dict], graph, law, net) -> str:
 def run_memory(args: argparse.Namespace) -> int:
     from distgnn.train.memory_estimate import estimate_run_memory
 
-    estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo)
+    estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
+                                    input_cache=not args.no_input_cache)
     for e in estimates:
         print(f"rank {e.k}: {e.total / 2**20:,.0f} MiB")
     print(f"max over ranks: {max(e.total for e in estimates) / 2**20:,.0f} MiB")

@@ -31,6 +31,9 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision,
                    help="dense work (linear layers) in float32 or, opt-in, bfloat16; aggregation "
                         "and exchange stay float32 (default: %(default)s)")
+    p.add_argument("--no-input-cache", action="store_true",
+                   help="aggregate the input features every epoch instead of once at the start "
+                        "(saves [n_k, F] float32 of memory per rank)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>)")
     p.add_argument("--skip-memory-check", action="store_true",
                    help="start even when the memory estimate exceeds what is available")
@@ -44,7 +47,7 @@ def config_from_args(args: argparse.Namespace):
                        weight_decay=args.weight_decay, seed=args.seed, eval_every=args.eval_every,
                        checkpoint_every=args.checkpoint_every, resume=args.resume,
                        threads=args.threads, memory_check=not args.skip_memory_check,
-                       precision=args.precision)
+                       precision=args.precision, input_cache=not args.no_input_cache)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

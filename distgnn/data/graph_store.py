@@ -40,13 +40,17 @@ REQUIRED = ("indptr", "indices", "feat", "label", *MASKS)
 DEFAULT_CHUNK_BUDGET = 64 << 20
 
 
-def store_name(dataset: str, scale: float = 1.0, seed: int = 0, name: str | None = None) -> str:
-    """Folder name of a store: ``dataset[-x<scale>][-seed<N>]`` unless ``name`` is given."""
+def store_name(dataset: str, scale: float = 1.0, seed: int = 0, name: str | None = None,
+               mean_degree: float | None = None) -> str:
+    """Folder name of a store: ``dataset[-x<scale>][-d<mean degree>][-seed<N>]`` unless ``name``
+    is given."""
     if name:
         return name
     out = dataset
     if scale != 1.0:
         out += f"-x{scale:g}"
+    if mean_degree is not None:
+        out += f"-d{mean_degree:g}"
     if seed != 0:
         out += f"-seed{seed}"
     return out
@@ -271,6 +275,7 @@ def write_graph_store(source: GraphSource, path: str | os.PathLike, *, overwrite
             "directed": source.directed,
             "source": source.source,
             "scale": source.scale,
+            "mean_degree": source.mean_degree,
             "seed": source.seed,
             "checksum": combine_digests(digests),
         }

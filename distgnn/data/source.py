@@ -37,4 +37,5 @@ class GraphSource:
     allow_unlabelled: bool = False
     scale: float = 1.0
     seed: int = 0
+    mean_degree: float | None = None  #: twins: the requested mean in-degree (None: scaled)
     files: dict[str, str] = field(default_factory=dict)  #: logical part -> file, for error messages

@@ -12,7 +12,9 @@ A twin is a degree-corrected planted-partition graph (a Chung-Lu graph with comm
 * multi-label twins (proteins) draw each of the 112 labels from a per-community probability.
 
 ``--scale S`` multiplies vertices and edges by S, keeping the mean degree, except that the mean
-in-degree is capped at N/50 (so the graph stays sparse: edges <= N^2/50). Output is deterministic
+in-degree is capped at N/50 (so the graph stays sparse: edges <= N^2/50). ``--mean-degree D`` sets
+the mean in-degree instead (edges = D N, also at most N/50): a low-degree twin with many vertices,
+which the real dataset's degree and the cap do not give at small scales. Output is deterministic
 for a seed and independent of the memory budget: randomness is drawn per fixed-size block from a
 ``SeedSequence`` keyed by (seed, stream, block).
 """
@@ -62,10 +64,17 @@ TWINS: dict[str, TwinSpec] = {
 }
 
 
-def twin_size(spec: TwinSpec, scale: float) -> tuple[int, int]:
-    """(vertices, directed edges) of a twin at ``scale``: both scaled, mean degree capped at N/50."""
+def twin_size(spec: TwinSpec, scale: float, mean_degree: float | None = None) -> tuple[int, int]:
+    """(vertices, directed edges) of a twin at ``scale``: both scaled, mean degree capped at N/50;
+    ``mean_degree`` sets edges = mean_degree x vertices instead (it must respect the same cap)."""
     n = max(2, int(round(spec.num_nodes * scale)))
-    m = int(round(spec.num_edges * scale))
+    if mean_degree is not None:
+        if not 0 < mean_degree <= n / MAX_DEGREE_FRACTION:
+            raise DistgnnError(f"--mean-degree must lie in (0, N/{MAX_DEGREE_FRACTION} = "
+                               f"{n / MAX_DEGREE_FRACTION:g}] for {n} vertices, got {mean_degree:g}")
+        m = int(round(n * mean_degree))
+    else:
+        m = int(round(spec.num_edges * scale))
     m = min(m, (n * n) // MAX_DEGREE_FRACTION)
     if not spec.directed:
         m -= m % 2
@@ -171,14 +180,16 @@ class _TwinModel:
         return out
 
 
-def make_twin(dataset: str, scale: float = 1.0, seed: int = 0) -> GraphSource:
-    """A :class:`GraphSource` for the twin ``dataset`` (one of :data:`TWINS`)."""
+def make_twin(dataset: str, scale: float = 1.0, seed: int = 0,
+              mean_degree: float | None = None) -> GraphSource:
+    """A :class:`GraphSource` for the twin ``dataset`` (one of :data:`TWINS`); ``mean_degree``
+    overrides the scaled mean in-degree (see :func:`twin_size`)."""
     if dataset not in TWINS:
         raise DistgnnError(f"unknown twin '{dataset}' (choose from {', '.join(TWINS)})")
     if not scale > 0:
         raise DistgnnError(f"--scale must be positive, got {scale}")
     spec = TWINS[dataset]
-    n, m = twin_size(spec, scale)
+    n, m = twin_size(spec, scale, mean_degree)
     model = _TwinModel(spec, n, m, seed)
     labels = model.labels()
     masks = model.masks()
@@ -191,6 +202,7 @@ def make_twin(dataset: str, scale: float = 1.0, seed: int = 0) -> GraphSource:
         edges=model.edge_pairs, features=model.feature_blocks, labels=labels, masks=masks,
         source="synthetic", multilabel=spec.multilabel, directed=spec.directed,
         add_reverse=not spec.directed, allow_unlabelled=True, scale=scale, seed=seed,
+        mean_degree=mean_degree,
     )
 
 

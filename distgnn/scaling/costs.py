@@ -32,13 +32,26 @@ class GraphShape:
 class ModelShape:
     layers: int = 3
     hidden: int = 256
+    #: the trainer's input cache (``--no-input-cache`` turns it off): layer 0's aggregate of the
+    #: features is computed once, so cd-0 (and any algorithm on one rank) skips layer 0's
+    #: aggregation and exchange every epoch
+    input_cache: bool = True
 
     def widths(self, graph: GraphShape) -> list[tuple[int, int, int]]:
         return layer_widths(graph.feat_dim, self.hidden, graph.num_classes, self.layers)
 
-    def agg_units(self, graph: GraphShape) -> int:
-        """Columns aggregated per edge per epoch (forward and backward of every layer)."""
-        return sum(2 * a for _, _, a in self.widths(graph))
+    def aggregated_widths(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1) -> list[int]:
+        """Aggregation width of every layer that aggregates in a training epoch of ``algo`` at
+        ``parts`` ranks."""
+        from distgnn.train.algorithms import parse_algorithm
+
+        a = parse_algorithm(algo)
+        cached = self.input_cache and (parts == 1 or (a.exchange and a.delay == 0))
+        return [w for _, _, w in self.widths(graph)[1 if cached else 0:]]
+
+    def agg_units(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1) -> int:
+        """Columns aggregated per edge per epoch (forward and backward of every aggregating layer)."""
+        return sum(2 * a for a in self.aggregated_widths(graph, algo, parts))
 
     def dense_units(self, graph: GraphShape) -> int:
         """Width products per vertex per epoch (sum over layers of in x out)."""

@@ -5,6 +5,7 @@ Per rank (the slowest one sets the epoch):
 * vertices n = RF(P) N / P * vertex balance; edges m = E / P * edge balance;
   leaf rows exchanged L = (RF(P) - 1) N / P (every replica beyond the first is a leaf);
 * aggregation ``(m + r n) * sum_l 2 a_l * c_agg`` (r: a row's cost in edges); dense ``n * sum_l in_l out_l * c_dense``;
+* layers that aggregate: all, except layer 0 when its input aggregate is cached (cd-0, or P = 1);
 * cd-0: per layer, forward and backward, two Alltoallv of L a_l 4 bytes per rank, plus the copies
   around them (clone of [n, a_l], gather/scatter of 4 L a_l floats);
 * cd-r: forward only, 1/r of the rows, posted non-blocking and waited r steps later: counted as
@@ -59,13 +60,13 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
     n = rf * graph.num_nodes / parts * (law.vertex_balance if parts > 1 else 1.0)
     m = graph.num_edges / parts * (law.edge_balance if parts > 1 else 1.0)
     leaves = (rf - 1.0) * graph.num_nodes / parts
-    widths = model.widths(graph)
+    widths = model.aggregated_widths(graph, algo, parts)
     shared = min(parts, ranks_per_node) > 1
-    aggregate = (m + costs.agg_row_per_edge * n) * model.agg_units(graph) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
+    aggregate = (m + costs.agg_row_per_edge * n) * model.agg_units(graph, algo, parts) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
     dense = n * model.dense_units(graph) * costs.dense_s_per_vertex_unit * (costs.concurrency_dense if shared else 1.0)
     exchange = 0.0
     if a.exchange and parts > 1:
-        for _, _, w in widths:
+        for w in widths:
             if a.delay == 0:
                 one = 2 * net.alltoallv(parts, leaves * w * F32) + costs.copy_s_per_float * (n * w + 4 * leaves * w)
                 exchange += 2 * one  # forward and backward (the adjoint)

@@ -5,7 +5,8 @@ starting ``distgnn train`` (it reads only attributes: no array is loaded). Compo
 
 * ``baseline``: the interpreter with torch, mpi4py, zarr and the native module imported (measured:
   :func:`measure_baseline`; the default was measured on the development machine);
-* ``features``: feat float32 [n_k, F], labels, masks;
+* ``features``: feat float32 [n_k, F], labels, masks, and (``input_cache``) layer 0's aggregate
+  of feat, float32 [n_k, F];
 * ``graph``: CSR and its transpose (int64 indptr, int32 indices), ids, degrees, communication plans;
 * ``activations``: tensors autograd keeps between forward and backward (ReLU output and dropout
   output of every hidden layer, the logits) plus the working set of the widest layer (its local
@@ -101,14 +102,14 @@ def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int) ->
 
 
 def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int = 0,
-                   baseline: int = DEFAULT_BASELINE_BYTES) -> MemoryEstimate:
+                   baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True) -> MemoryEstimate:
     """The estimate for a part given by its figures (pure arithmetic; see the module docstring)."""
     f32, i64, i32 = 4, 8, 4
     n, m = shape.n, shape.m
     exchanges, delay = _algo_delay(algo)
     widths = layer_widths(shape.feat_dim, hidden, shape.num_classes, layers)
     label = n * shape.num_classes * f32 if shape.multilabel else n * i64
-    features = n * shape.feat_dim * f32 + label + 4 * n  # + three masks and is_root
+    features = n * shape.feat_dim * f32 * (2 if input_cache else 1) + label + 4 * n  # + masks, is_root
     plans = 2 * shape.num_leaves * i64 if shape.num_parts > 1 else 0
     graph = 2 * (n + 1) * i64 + 2 * m * i32 + 2 * n * i64 + 2 * n * f32 + plans
     saved = sum(SAVED_PER_HIDDEN_LAYER * o for _, o, _ in widths[:-1]) + 2 * shape.num_classes
@@ -147,20 +148,22 @@ def read_part_shape(partdir: str | os.PathLike, k: int) -> PartShape:
 
 
 def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden: int, algo: str,
-                         baseline: int = DEFAULT_BASELINE_BYTES) -> int:
+                         baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True) -> int:
     """Estimated peak resident bytes of rank ``k`` training ``partdir`` (GraphSAGE ``layers`` x
-    ``hidden``, algorithm ``algo``)."""
-    return estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline).total
+    ``hidden``, algorithm ``algo``, layer 0's input aggregate cached or not)."""
+    return estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
+                          input_cache).total
 
 
 def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int, algo: str,
-                        baseline: int = DEFAULT_BASELINE_BYTES) -> list[MemoryEstimate]:
+                        baseline: int = DEFAULT_BASELINE_BYTES,
+                        input_cache: bool = True) -> list[MemoryEstimate]:
     """The estimate of every rank of a run (one per part); ``max(e.total for e in ...)`` is the
     figure to compare with the memory per rank."""
     from distgnn.train.partition_data import read_num_parts
 
     num_parts = read_num_parts(partdir)
-    return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline)
+    return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline, input_cache)
             for k in range(num_parts)]
 
 
@@ -204,12 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--algo", default="cd-0")
+    p.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
     p.add_argument("--measure-baseline", action="store_true", help="measure the interpreter baseline")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
         baseline = measure_baseline() if args.measure_baseline else DEFAULT_BASELINE_BYTES
-        estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo, baseline)
+        estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo, baseline,
+                                        not args.no_input_cache)
     except DistgnnError as exc:
         print(f"memory_estimate: error: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,8 @@ from distgnn.report.make import REPORT_FILES  # the files every report writes
 def datasets_by_store():
     """Store name (DESIGN 2: dataset[-x<scale>][-seed<N>], or `name`) -> its dataset entry."""
     return {
-        store_name(d["dataset"], d.get("scale", 1.0), d.get("seed", 0), d.get("name")): d
+        store_name(d["dataset"], d.get("scale", 1.0), d.get("seed", 0), d.get("name"),
+                   d.get("mean_degree")): d
         for d in config["datasets"]
     }
 
@@ -19,6 +20,8 @@ def fetch_options(wildcards):
     """`distgnn fetch` options of a store's dataset entry."""
     d = dataset_of(wildcards)
     opts = f"--scale {d.get('scale', 1.0)} --seed {d.get('seed', 0)}"
+    if d.get("mean_degree") is not None:
+        opts += f" --mean-degree {d['mean_degree']}"
     if d.get("source"):
         opts += f" --source {d['source']}"
     if d.get("undirected", False):
@@ -40,7 +43,10 @@ def train_options():
     t = config["train"]
     flags = ["epochs", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "checkpoint_every", "precision"]
-    return " ".join(f"--{f.replace('_', '-')} {t[f]}" for f in flags if f in t)
+    options = [f"--{f.replace('_', '-')} {t[f]}" for f in flags if f in t]
+    if not t.get("input_cache", True):
+        options.append("--no-input-cache")
+    return " ".join(options)
 
 
 def run_files(store, method, P, algo):
