@@ -81,7 +81,7 @@ def test_global_degree_and_stored_transpose(norm: str) -> None:
 
 
 @pytest.mark.parametrize("tiles", [1, 3, 200])
-@pytest.mark.parametrize("block", [8, 32, 64, 256])
+@pytest.mark.parametrize("block", [8, 32, 48, 64, 256])
 @pytest.mark.parametrize("chunk_edges", [1, 50, 100_000])
 def test_tuning_options_and_hub_rows(block: int, chunk_edges: int, tiles: int) -> None:
     """Every column block, hub rows cut into many pieces (chunk_edges small), prefetch on, source

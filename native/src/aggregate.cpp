@@ -48,7 +48,7 @@ void spmm(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const T> x, Mat<T
       throw std::invalid_argument("self must have x.shape[1] columns");
     n_self = std::min<int64_t>(n_rows, static_cast<int64_t>(self->shape(0)));
   }
-  if (!agg::valid_block(block)) throw std::invalid_argument("block must be 0, 8, 16, ..., 256");
+  if (!agg::valid_block(block)) throw std::invalid_argument("block must be one of 0, 8, 16, 32, 48, 64, 128, 256");
   if (static_cast<const void*>(x.data()) == static_cast<const void*>(y.data()) && n_rows > 0)
     throw std::invalid_argument("y must not alias x");
   const T* s = scale ? scale->data() : nullptr;
