@@ -89,77 +89,60 @@ inline void prefetch_row(const T* p, int width) {
 #endif
 }
 
-// Sum of x[indices[e], c0 : c0 + W) over e in [e0, e1) into acc (W fixed: unrolled, in registers).
+// Sum of x[indices[e], c0 : c0 + w) over e in [e0, e1) into acc[0 : w). The accumulators are W
+// wide (fixed: unrolled, in registers); with Masked, w < W (a row narrower than the block, e.g.
+// F = 41 in a 48-column block) and loads are masked to the first w columns, so a narrow row keeps
+// the registers and the prefetch too (a plain loop to w ran 4.3x slower than DGL at F = 41).
 // Prefetches the row `prefetch` edges ahead, up to pf_end (the chunk's end: across row ends, so
 // short rows still get their sources in flight early).
-template <int W, typename T, typename I>
-__attribute__((always_inline)) inline void gather_fixed(const I* __restrict indices, int64_t e0,
+template <int W, bool Masked, typename T, typename I>
+__attribute__((always_inline)) inline void gather_block(const I* __restrict indices, int64_t e0,
                                                         int64_t e1, const T* __restrict x,
-                                                        int64_t F, int64_t c0, int prefetch,
+                                                        int64_t F, int64_t c0, int w, int prefetch,
                                                         int64_t pf_end, T* __restrict acc) {
+  const int width = Masked ? w : W;
   T a[W];
+  for (int j = 0; j < W; ++j) a[j] = (!Masked || j < w) ? acc[j] : T(0);
   int64_t e = e0;
   if constexpr (W * sizeof(T) <= 256) {
     // Two accumulator sets so consecutive edges do not wait on each other's adds (narrow blocks
     // only: for wide blocks one set already fills half the vector registers).
     T b[W];
-    for (int j = 0; j < W; ++j) a[j] = acc[j], b[j] = T(0);
+    for (int j = 0; j < W; ++j) b[j] = T(0);
     for (; e + 1 < e1; e += 2) {
       if (prefetch > 0 && e + prefetch + 1 < pf_end) {
-        prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, W);
-        prefetch_row(x + static_cast<int64_t>(indices[e + prefetch + 1]) * F + c0, W);
+        prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, width);
+        prefetch_row(x + static_cast<int64_t>(indices[e + prefetch + 1]) * F + c0, width);
       }
       const T* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
       const T* __restrict q = x + static_cast<int64_t>(indices[e + 1]) * F + c0;
 #pragma omp simd
-      for (int j = 0; j < W; ++j) a[j] += p[j];
+      for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? p[j] : T(0);
 #pragma omp simd
-      for (int j = 0; j < W; ++j) b[j] += q[j];
+      for (int j = 0; j < W; ++j) b[j] += (!Masked || j < w) ? q[j] : T(0);
     }
     for (int j = 0; j < W; ++j) a[j] += b[j];
-  } else {
-    for (int j = 0; j < W; ++j) a[j] = acc[j];
   }
   for (; e < e1; ++e) {
     if (prefetch > 0 && e + prefetch < pf_end)
-      prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, W);
+      prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, width);
     const T* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
 #pragma omp simd
-    for (int j = 0; j < W; ++j) a[j] += p[j];
+    for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? p[j] : T(0);
   }
   for (int j = 0; j < W; ++j) acc[j] = a[j];
 }
 
-// Same with a run-time width w < W (a row narrower than the block, e.g. F = 41 in a 64-column
-// block): accumulators stay W wide (registers), loads are masked to the first w columns, and the
-// prefetch and the two accumulator sets of gather_fixed are kept. A plain loop to w here ran 4x
-// slower than DGL at F = 41 (no prefetch, accumulators in memory).
+// gather_block with the block's width known at compile time (w == W) or not.
 template <int W, typename T, typename I>
-__attribute__((always_inline)) inline void gather_tail(const I* __restrict indices, int64_t e0,
-                                                       int64_t e1, const T* __restrict x,
-                                                       int64_t F, int64_t c0, int w, int prefetch,
-                                                       int64_t pf_end, T* __restrict acc) {
-  T a[W], b[W];
-  for (int j = 0; j < W; ++j) a[j] = j < w ? acc[j] : T(0), b[j] = T(0);
-  int64_t e = e0;
-  for (; e + 1 < e1; e += 2) {
-    if (prefetch > 0 && e + prefetch + 1 < pf_end) {
-      prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, w);
-      prefetch_row(x + static_cast<int64_t>(indices[e + prefetch + 1]) * F + c0, w);
-    }
-    const T* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
-    const T* __restrict q = x + static_cast<int64_t>(indices[e + 1]) * F + c0;
-#pragma omp simd
-    for (int j = 0; j < W; ++j) a[j] += j < w ? p[j] : T(0);
-#pragma omp simd
-    for (int j = 0; j < W; ++j) b[j] += j < w ? q[j] : T(0);
-  }
-  for (; e < e1; ++e) {
-    const T* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
-#pragma omp simd
-    for (int j = 0; j < W; ++j) a[j] += j < w ? p[j] : T(0);
-  }
-  for (int j = 0; j < w; ++j) acc[j] = a[j] + b[j];
+__attribute__((always_inline)) inline void gather(const I* __restrict indices, int64_t e0,
+                                                  int64_t e1, const T* __restrict x, int64_t F,
+                                                  int64_t c0, int w, int prefetch, int64_t pf_end,
+                                                  T* __restrict acc) {
+  if (w == W)
+    gather_block<W, false>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, acc);
+  else
+    gather_block<W, true>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, acc);
 }
 
 struct Args {
@@ -202,10 +185,7 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
       }
       if (a.first) std::fill(acc, acc + W, T(0));
       else std::memcpy(acc, part, sizeof(T) * w);
-      if (w == W)
-        gather_fixed<W>(indices, e0, e1, x, F, c0, a.prefetch, e1, acc);
-      else
-        gather_tail<W>(indices, e0, e1, x, F, c0, w, a.prefetch, e1, acc);
+      gather<W>(indices, e0, e1, x, F, c0, w, a.prefetch, e1, acc);
       std::memcpy(part, acc, sizeof(T) * w);
       continue;
     }
@@ -227,10 +207,7 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
       } else {
         std::fill(acc, acc + W, T(0));
       }
-      if (w == W)
-        gather_fixed<W>(indices, e0, e1, x, F, c0, a.prefetch, pf_end, acc);
-      else
-        gather_tail<W>(indices, e0, e1, x, F, c0, w, a.prefetch, pf_end, acc);
+      gather<W>(indices, e0, e1, x, F, c0, w, a.prefetch, pf_end, acc);
       if (scale != nullptr && a.last) {
         const T sv = scale[v];
 #pragma omp simd
