@@ -45,8 +45,7 @@ class ModelShape:
         ``parts`` ranks."""
         from distgnn.train.algorithms import parse_algorithm
 
-        a = parse_algorithm(algo)
-        cached = self.input_cache and (parts == 1 or (a.exchange and a.delay == 0))
+        cached = self.input_cache and parse_algorithm(algo).trains_with_input_cache(parts)
         return [w for _, _, w in self.widths(graph)[1 if cached else 0:]]
 
     def agg_units(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1) -> int:

@@ -22,6 +22,12 @@ class Algorithm:
     def exact(self) -> bool:
         return self.exchange and self.delay == 0
 
+    def trains_with_input_cache(self, parts: int) -> bool:
+        """Whether training may use layer 0's exact input aggregate computed once: its own layer-0
+        aggregate equals it (cd-0, or any algorithm on one rank); 0c and cd-r on P > 1 keep their
+        own layer-0 semantics."""
+        return self.exact or parts == 1
+
     @property
     def global_degree(self) -> bool:
         """cd-0 and cd-r divide by the global degree; 0c by the local one (cd-r-orig: per vertex)."""

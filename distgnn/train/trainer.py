@@ -155,8 +155,6 @@ class Trainer:
         self.aggregation.training = True
         self.timers.reset()
         self.input_cache_time_s = self.comm.max(time.perf_counter() - start)
-        exact = self.algorithm.exchange and self.algorithm.delay == 0
-        self.train_with_input_aggregate = exact or self.comm.size == 1
 
     # -- checks --------------------------------------------------------------------------
     def _check_memory(self) -> None:
@@ -211,7 +209,7 @@ class Trainer:
         if dropout is not None and self.config.precision != "fp32":
             dropout = in_float32(dropout)
         cached = self.input_aggregate
-        if self.aggregation.training and cached is not None and not self.train_with_input_aggregate:
+        if self.aggregation.training and not self.algorithm.trains_with_input_cache(self.comm.size):
             cached = None
         with dense_autocast(self.config.precision):
             logits = self.model(self.part.feat, aggregate, dropout, x_aggregate=cached)
