@@ -31,6 +31,35 @@ def sh(*args: str, env: dict | None = None) -> None:
         sys.exit(f"failed: {' '.join(map(str, args))}\n{proc.stderr[-3000:]}")
 
 
+def plot_curves(results: dict[str, list[dict]], path: Path, title: str) -> None:
+    """Two panels against the epoch: training loss and test accuracy, a line per algorithm (mean over
+    seeds) with the seeds' range shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    for algo, runs in results.items():
+        epochs = [e for e, _, test in runs[0]["curve"] if test is not None]
+        loss = np.array([[l for _, l, _ in s["curve"]] for s in runs])
+        test = 100 * np.array([[t for _, _, t in s["curve"] if t is not None] for s in runs])
+        line, = loss_ax.plot([e for e, _, _ in runs[0]["curve"]], loss.mean(0), label=algo)
+        acc_ax.plot(epochs, test.mean(0), color=line.get_color(), label=algo)
+        acc_ax.fill_between(epochs, test.min(0), test.max(0), color=line.get_color(), alpha=0.2)
+    loss_ax.set(yscale="log", xlabel="epoch", ylabel="training loss", title=title)
+    top = max(100 * max(t for _, _, t in s["curve"] if t is not None) for runs in results.values() for s in runs)
+    acc_ax.set(xlabel="epoch", ylabel="test accuracy (%)", ylim=(top - 15, top + 1),
+               title="test accuracy (exact evaluation; band: seeds' range)")
+    for ax in (loss_ax, acc_ax):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="synth-reddit")
@@ -47,7 +76,10 @@ def main() -> int:
     parser.add_argument("--aggregator", choices=("mean", "gcn"), default="mean")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--dropout", type=float, default=0.5)
+    parser.add_argument("--weight-decay", type=float, default=0.0)
     parser.add_argument("--work", default=None, help="work folder (default: a temp folder)")
+    parser.add_argument("--plot", default=None,
+                        help="learning-curve figure (PNG; default: <work>/algorithms.png)")
     parser.add_argument("--no-check", action="store_true")
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-algorithms-"))
@@ -70,10 +102,11 @@ def main() -> int:
                    partdir, "--algo", algo, "--epochs", str(args.epochs), "--seed", str(seed),
                    "--hidden", str(args.hidden), "--layers", str(args.layers), "--lr", str(args.lr),
                    "--aggregator", args.aggregator,
-                   "--dropout", str(args.dropout), "--threads", str(threads), "--eval-every", "1",
+                   "--dropout", str(args.dropout), "--weight-decay", str(args.weight_decay), "--threads", str(threads), "--eval-every", "1",
                    "--out", run, "--quiet", env={**env, "OMP_NUM_THREADS": str(threads)})
             summary = json.loads((run / "summary.json").read_text())
             lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+            summary["curve"] = [(l["epoch"], l["loss"], l.get("test")) for l in lines]
             steady = [l for l in lines if l["epoch"] >= summary["steady_state_from_epoch"]]
             summary["split"] = {k: float(np.median([l[k] for l in steady])) for k in (
                 "epoch_time_s", "time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_allreduce_s")}
@@ -87,7 +120,7 @@ def main() -> int:
     degree = f" --mean-degree {args.mean_degree:g}" if args.mean_degree is not None else ""
     print(f"# Delayed-update algorithms: {args.dataset} --scale {args.scale:g}{degree}, {args.method} P={args.parts} "
           f"(replication factor {rf:.3f}), {args.layers}-layer GraphSAGE ({args.aggregator}) hidden {args.hidden}, "
-          f"lr {args.lr:g}, dropout {args.dropout:g}, "
+          f"lr {args.lr:g}, dropout {args.dropout:g}, weight decay {args.weight_decay:g}, "
           f"{args.epochs} epochs, seeds {args.seeds}, {threads} thread(s) per rank")
     print(f"machine: {platform.node()}, {os.cpu_count()} cores; {datetime.date.today()}")
     print()
@@ -101,6 +134,9 @@ def main() -> int:
               f"{split['time_aggregate_s']:.4f} | {split['time_exchange_wait_s']:.4f} | {split['time_dense_s']:.4f} | "
               f"{split['time_allreduce_s']:.4f} | {mb['bytes_forward']:.2f} | {mb['bytes_backward']:.2f} | "
               f"{mb['bytes_gradients']:.3f} |")
+    plot = Path(args.plot) if args.plot else work / "algorithms.png"
+    plot_curves(results, plot, f"{args.dataset} x{args.scale:g}{degree}, {args.method} P={args.parts}")
+    print(f"\nlearning curves: {plot}")
     failures = []
     if {"cd-0", "0c"} <= results.keys():
         gap = 100 * (stat("cd-0", "test_at_best_val")[0] - stat("0c", "test_at_best_val")[0])

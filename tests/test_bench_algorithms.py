@@ -1,0 +1,30 @@
+"""The smoke version of bench/algorithms.py: a tiny twin, 2 ranks, 6 epochs, the table and the
+learning-curve figure."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(300)
+def test_algorithms_smoke(tmp_path: Path) -> None:
+    plot = tmp_path / "curves.png"
+    cmd = [sys.executable, "-m", "bench.algorithms", "--scale", "0.002", "--parts", "2", "--epochs", "6",
+           "--seeds", "0", "--algos", "cd-0", "cd-2", "0c", "--work", str(tmp_path / "work"),
+           "--plot", str(plot), "--no-check"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| algo")}
+    assert set(rows) == {"cd-0", "cd-2", "0c"}
+    # 0c exchanges no aggregates; cd-0 moves the same bytes forward and backward
+    cells = {algo: [c.strip() for c in line.split("|")[1:-1]] for algo, line in rows.items()}
+    assert float(cells["0c"][7]) == 0.0 and float(cells["0c"][8]) == 0.0
+    assert float(cells["cd-0"][7]) == float(cells["cd-0"][8]) > 0
+    assert "0c loses" in proc.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
