@@ -31,35 +31,6 @@ def sh(*args: str, env: dict | None = None) -> None:
         sys.exit(f"failed: {' '.join(map(str, args))}\n{proc.stderr[-3000:]}")
 
 
-def plot_curves(results: dict[str, list[dict]], path: Path, title: str) -> None:
-    """Two panels against the epoch: training loss and test accuracy, a line per algorithm (mean over
-    seeds) with the seeds' range shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4))
-    for algo, runs in results.items():
-        epochs = [e for e, _, test in runs[0]["curve"] if test is not None]
-        loss = np.array([[l for _, l, _ in s["curve"]] for s in runs])
-        test = 100 * np.array([[t for _, _, t in s["curve"] if t is not None] for s in runs])
-        line, = loss_ax.plot([e for e, _, _ in runs[0]["curve"]], loss.mean(0), label=algo)
-        acc_ax.plot(epochs, test.mean(0), color=line.get_color(), label=algo)
-        acc_ax.fill_between(epochs, test.min(0), test.max(0), color=line.get_color(), alpha=0.2)
-    loss_ax.set(yscale="log", xlabel="epoch", ylabel="training loss", title=title)
-    top = max(100 * max(t for _, _, t in s["curve"] if t is not None) for runs in results.values() for s in runs)
-    acc_ax.set(xlabel="epoch", ylabel="test accuracy (%)", ylim=(top - 15, top + 1),
-               title="test accuracy (exact evaluation; band: seeds' range)")
-    for ax in (loss_ax, acc_ax):
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="synth-reddit")
@@ -86,8 +57,11 @@ def main() -> int:
     python = sys.executable
     env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OUTDATED_IGNORE": "1"}
     from distgnn.data.fetch import fetch
+    from distgnn.data.graph_store import GraphStore
+    from distgnn.report.plots import learning_curves, metric_name
 
     graph = fetch(args.dataset, root=work / "data", scale=args.scale, mean_degree=args.mean_degree)
+    metric = metric_name(bool(GraphStore.open(graph).attrs.get("multilabel", False)))
     partdir = work / f"{args.method}-{args.parts}"
     if not partdir.exists():
         sh(python, "-m", "distgnn", "partition", graph, "--parts", str(args.parts), "--method",
@@ -106,7 +80,7 @@ def main() -> int:
                    "--out", run, "--quiet", env={**env, "OMP_NUM_THREADS": str(threads)})
             summary = json.loads((run / "summary.json").read_text())
             lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-            summary["curve"] = [(l["epoch"], l["loss"], l.get("test")) for l in lines]
+            summary["metrics"] = lines
             steady = [l for l in lines if l["epoch"] >= summary["steady_state_from_epoch"]]
             summary["split"] = {k: float(np.median([l[k] for l in steady])) for k in (
                 "epoch_time_s", "time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_allreduce_s")}
@@ -124,7 +98,7 @@ def main() -> int:
           f"{args.epochs} epochs, seeds {args.seeds}, {threads} thread(s) per rank")
     print(f"machine: {platform.node()}, {os.cpu_count()} cores; {datetime.date.today()}")
     print()
-    print("| algo | test acc at best val (%) | epoch s (median, steady) | aggregate s | exchange wait s | dense s | allreduce s | fwd MB/epoch | bwd MB/epoch | grad MB/epoch |")
+    print(f"| algo | test {metric} at best val (%) | epoch s (median, steady) | aggregate s | exchange wait s | dense s | allreduce s | fwd MB/epoch | bwd MB/epoch | grad MB/epoch |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for algo in args.algos:
         acc, acc_std = stat(algo, "test_at_best_val")
@@ -135,12 +109,13 @@ def main() -> int:
               f"{split['time_allreduce_s']:.4f} | {mb['bytes_forward']:.2f} | {mb['bytes_backward']:.2f} | "
               f"{mb['bytes_gradients']:.3f} |")
     plot = Path(args.plot) if args.plot else work / "algorithms.png"
-    plot_curves(results, plot, f"{args.dataset} x{args.scale:g}{degree}, {args.method} P={args.parts}")
+    learning_curves({algo: [s["metrics"] for s in runs] for algo, runs in results.items()}, plot,
+                    title=f"{args.dataset} x{args.scale:g}{degree}, {args.method} P={args.parts}", metric=metric)
     print(f"\nlearning curves: {plot}")
     failures = []
     if {"cd-0", "0c"} <= results.keys():
         gap = 100 * (stat("cd-0", "test_at_best_val")[0] - stat("0c", "test_at_best_val")[0])
-        print(f"\n0c loses {gap:.2f} points to cd-0 (target >= 2)")
+        print(f"\n0c loses {gap:.2f} points of test {metric} to cd-0 (target >= 2)")
         if gap < 2:
             failures.append("0c does not lose 2 points to cd-0")
     if {"cd-0", "cd-5"} <= results.keys():

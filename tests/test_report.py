@@ -138,3 +138,22 @@ def test_report_refuses_incomplete_runs(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(DistgnnError, match="no summary.json"):
         make_report(tmp_path / "empty", tmp_path / "out")
+
+
+def test_learning_curves_figure(tmp_path):
+    """bench/algorithms' figure: a line per label over its runs (seeds); a label whose runs hold no
+    eval epoch still gets its loss line."""
+    from distgnn.report.plots import learning_curves, metric_name, _test_points
+
+    root = tmp_path / "runs"
+    for seed in range(3):
+        write_run(root / str(seed), "libra", 2, "cd-0", rng=np.random.default_rng(seed))
+    lines = [[json.loads(l) for l in (root / str(s) / "libra-2" / "cd-0" / "metrics.jsonl").read_text().splitlines()]
+             for s in range(3)]
+    assert _test_points(lines[0])[1] == [e["test"] for e in lines[0] if e.get("test") is not None]
+    no_eval = [[{k: v for k, v in e.items() if k != "test"} for e in run] for run in lines]
+    path = tmp_path / "figs" / "curves.png"
+    learning_curves({"cd-0": lines, "0c": no_eval}, path, title="t", metric=metric_name(True))
+    width, height = png_size(path)
+    assert width > 800 and height > 300
+    assert (metric_name(True), metric_name(False)) == ("ROC-AUC", "accuracy")

@@ -59,6 +59,31 @@ def epoch_time(table: pd.DataFrame, path: Path) -> None:
     _save(fig, path)
 
 
+def metric_name(multilabel: bool) -> str:
+    """The test metric the trainer reports for a store: mean ROC-AUC over tasks (multi-label) or
+    accuracy."""
+    return "ROC-AUC" if multilabel else "accuracy"
+
+
+def _mean_with_range(ax: plt.Axes, xs: list[float], series: np.ndarray, label: str,
+                     color: object = None) -> object:
+    """One line: ``series`` [runs, len(xs)] averaged over runs, the runs' range shaded when there are
+    several. Returns the line's colour."""
+    line, = ax.plot(xs, series.mean(0), marker="." if len(xs) < 40 else None, label=label, color=color)
+    if len(series) > 1:
+        ax.fill_between(xs, series.min(0), series.max(0), color=line.get_color(), alpha=0.2)
+    return line.get_color()
+
+
+def _test_points(epochs: list[dict], against: str = "epoch") -> tuple[list[float], list[float]]:
+    """(x, test metric) of the eval epochs of one run's metrics.jsonl lines; x is the epoch number
+    or the cumulative training time (s)."""
+    wall = np.cumsum([float(e["epoch_time_s"]) for e in epochs])
+    points = [(e["epoch"] if against == "epoch" else t, float(e["test"]))
+              for e, t in zip(epochs, wall) if e.get("test") is not None]
+    return ([p[0] for p in points], [p[1] for p in points])
+
+
 def test_curves(runs: list[Run], path: Path, *, against: str) -> None:
     """Test metric per eval epoch against the epoch number (``against="epoch"``) or against the
     cumulative training time (``against="time"``); a panel per (method: rows, P: columns), a line
@@ -69,16 +94,39 @@ def test_curves(runs: list[Run], path: Path, *, against: str) -> None:
                              squeeze=False, sharey=True)
     for ax, (method, p) in zip(axes.flat, [(m, p) for m in methods for p in parts]):
         for run in (r for r in runs if (r.key[1], r.key[2]) == (method, p)):
-            wall = np.cumsum([float(e["epoch_time_s"]) for e in run.epochs])
-            points = [(e["epoch"] if against == "epoch" else t, float(e["test"]))
-                      for e, t in zip(run.epochs, wall) if e.get("test") is not None]
-            if points:
-                xs, ys = zip(*points)
-                ax.plot(xs, ys, marker=".", label=run.key[3])
+            xs, ys = _test_points(run.epochs, against)
+            if xs:
+                _mean_with_range(ax, xs, np.array([ys]), run.key[3])
         ax.set_xlabel("epoch" if against == "epoch" else "training time (s)")
         ax.set_ylabel("test metric")
         ax.set_title(f"{method}, P={p}")
         ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def learning_curves(curves: dict[str, list[list[dict]]], path: Path, *, title: str,
+                    metric: str = "accuracy", window: float = 15.0) -> None:
+    """Two panels against the epoch: training loss (log scale) and the test metric (%), a line per
+    label of ``curves`` (e.g. an algorithm) averaged over its runs (e.g. seeds), the runs' range
+    shaded. ``curves[label]`` holds each run's metrics.jsonl lines; the runs of a label share their
+    eval epochs. The metric axis shows the top ``window`` points."""
+    fig, (loss_ax, test_ax) = plt.subplots(1, 2, figsize=(11, 4))
+    top = 0.0
+    for label, runs in curves.items():
+        epochs = [e["epoch"] for e in runs[0]]
+        color = _mean_with_range(loss_ax, epochs, np.array([[e["loss"] for e in r] for r in runs]), label)
+        xs = _test_points(runs[0])[0]
+        test = 100 * np.array([_test_points(r)[1] for r in runs])
+        if xs:
+            _mean_with_range(test_ax, xs, test, label, color)
+            top = max(top, float(test.max()))
+    loss_ax.set(yscale="log", xlabel="epoch", ylabel="training loss", title=title)
+    test_ax.set(xlabel="epoch", ylabel=f"test {metric} (%)", ylim=(top - window, top + 1),
+                title=f"test {metric} (exact evaluation; band: runs' range)")
+    for ax in (loss_ax, test_ax):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
     _save(fig, path)
 
 
