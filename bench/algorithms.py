@@ -37,6 +37,8 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=0.01)
     parser.add_argument("--mean-degree", type=float, default=None,
                         help="twin's mean in-degree instead of the scaled one (distgnn fetch --mean-degree)")
+    parser.add_argument("--labelled-fraction", type=float, default=None,
+                        help="twin's fraction of vertices in train/val/test (distgnn fetch --labelled-fraction)")
     parser.add_argument("--parts", type=int, default=4)
     parser.add_argument("--method", default="libra")
     parser.add_argument("--epochs", type=int, default=100)
@@ -60,7 +62,8 @@ def main() -> int:
     from distgnn.data.graph_store import GraphStore
     from distgnn.report.plots import learning_curves, metric_name
 
-    graph = fetch(args.dataset, root=work / "data", scale=args.scale, mean_degree=args.mean_degree)
+    graph = fetch(args.dataset, root=work / "data", scale=args.scale, mean_degree=args.mean_degree,
+                  labelled_fraction=args.labelled_fraction)
     metric = metric_name(bool(GraphStore.open(graph).attrs.get("multilabel", False)))
     partdir = work / f"{args.method}-{args.parts}"
     if not partdir.exists():
@@ -92,6 +95,8 @@ def main() -> int:
 
     rf = results[args.algos[0]][0]["replication_factor"]
     degree = f" --mean-degree {args.mean_degree:g}" if args.mean_degree is not None else ""
+    if args.labelled_fraction is not None:
+        degree += f" --labelled-fraction {args.labelled_fraction:g}"
     print(f"# Delayed-update algorithms: {args.dataset} --scale {args.scale:g}{degree}, {args.method} P={args.parts} "
           f"(replication factor {rf:.3f}), {args.layers}-layer GraphSAGE ({args.aggregator}) hidden {args.hidden}, "
           f"lr {args.lr:g}, dropout {args.dropout:g}, weight decay {args.weight_decay:g}, "

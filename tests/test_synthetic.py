@@ -74,6 +74,41 @@ def test_mean_degree_option(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "--mean-degree applies to synthetic twins only" in proc.stderr
 
 
+def test_labelled_fraction_option(tmp_path: Path) -> None:
+    """--labelled-fraction F puts about F N vertices in train/val/test in the real proportions, labels
+    exactly those (papers100M), names the store -l<F>, leaves the graph and features unchanged, and is
+    refused out of (0, 1] and for real datasets."""
+    from conftest import run_cli
+
+    spec = TWINS["synth-papers100M"]
+    plain = GraphStore.open(fetch("synth-papers100M", root=tmp_path, scale=2e-4, threads=1))
+    proc = run_cli("fetch", "synth-papers100M", "--scale", "0.0002", "--labelled-fraction", "0.5",
+                   "--root", tmp_path, "--threads", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    store = GraphStore.open(tmp_path / "synth-papers100M-x0.0002-l0.5" / "graph.zarr")
+    n = store.attrs["num_nodes"]
+    assert store.attrs["labelled_fraction"] == 0.5 and plain.attrs["labelled_fraction"] is None
+    masks = {k: store.read(f"{k}_mask") for k in ("train", "val", "test")}
+    assert sum(int((masks["train"] & masks[k]).sum()) for k in ("val", "test")) == 0
+    for k, real in zip(masks, spec.split):
+        assert abs(masks[k].sum() - 0.5 * n * real / sum(spec.split)) <= 1, k
+    labelled = store.read("label") >= 0
+    np.testing.assert_array_equal(labelled, masks["train"] | masks["val"] | masks["test"])
+    for key in ("feat", "indptr", "indices"):
+        np.testing.assert_array_equal(store.read(key), plain.read(key))
+    # every vertex labelled: the split covers the graph
+    full = GraphStore.open(fetch("synth-papers100M", root=tmp_path, scale=2e-4, threads=1,
+                                 labelled_fraction=1.0))
+    assert (full.read("label") >= 0).all()
+    assert sum(int(full.read(f"{k}_mask").sum()) for k in masks) == n
+    for bad in ("0", "1.5"):
+        proc = run_cli("fetch", "synth-papers100M", "--scale", "0.0002", "--labelled-fraction", bad,
+                       "--root", tmp_path, "--quiet")
+        assert proc.returncode != 0 and "--labelled-fraction must lie in (0, 1]" in proc.stderr
+    proc = run_cli("fetch", "cora", "--labelled-fraction", "0.5", "--root", tmp_path, "--source", tmp_path)
+    assert proc.returncode != 0 and "--labelled-fraction applies to synthetic twins only" in proc.stderr
+
+
 def test_twin_is_deterministic_and_independent_of_budget(tmp_path: Path) -> None:
     a = fetch("synth-reddit", root=tmp_path / "a", scale=0.005, seed=4)
     b = fetch("synth-reddit", root=tmp_path / "b", scale=0.005, seed=4, budget=1 << 16)

@@ -78,14 +78,15 @@ def test_dry_run_of_default_config_lists_the_jobs():
     assert "--no-input-cache" not in proc.stdout
 
 
-def test_mean_degree_reaches_fetch_and_the_store_name(tmp_path):
+def test_twin_options_reach_fetch_and_the_store_name(tmp_path):
     config = tiny(train={"algos": ["cd-0"]})
     config["datasets"][0]["mean_degree"] = 8
+    config["datasets"][0]["labelled_fraction"] = 0.5
     wd = workdir(tmp_path, config)
     proc = snakemake("-n", "-p", cwd=wd)
     assert proc.returncode == 0, proc.stderr
-    assert "--mean-degree 8" in proc.stdout
-    assert "data/synth-reddit-x0.01-d8/graph.zarr" in proc.stdout
+    assert "--mean-degree 8" in proc.stdout and "--labelled-fraction 0.5" in proc.stdout
+    assert "data/synth-reddit-x0.01-d8-l0.5/graph.zarr" in proc.stdout
 
 
 def test_input_cache_false_reaches_the_train_command(tmp_path):

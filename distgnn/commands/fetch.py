@@ -15,10 +15,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("dataset", help=f"one of: {', '.join(DATASETS)}")
     p.add_argument("--root", default="data", help="data root; the store folder is made under it (default: data)")
     p.add_argument("--source", help="folder (or archive) with pre-downloaded files instead of downloading")
-    p.add_argument("--name", help="store folder name (default: dataset[-x<scale>][-d<D>][-seed<N>])")
+    p.add_argument("--name", help="store folder name (default: dataset[-x<scale>][-d<D>][-l<F>][-seed<N>])")
     p.add_argument("--scale", type=float, default=1.0, help="synthetic twins: multiply vertices and edges")
     p.add_argument("--mean-degree", type=float, default=None, metavar="D",
                    help="synthetic twins: D x vertices edges instead of the scaled count (D <= N/50)")
+    p.add_argument("--labelled-fraction", type=float, default=None, metavar="F",
+                   help="synthetic twins: put a fraction F of the vertices in train/val/test, in the real "
+                        "dataset's proportions (default: the real fraction; papers100M's is 1.4%%)")
     p.add_argument("--seed", type=int, default=0, help="twins: generator seed; others: split seed")
     p.add_argument("--undirected", action="store_true", help="also store the reverse of every edge")
     p.add_argument("--force", action="store_true", help="rebuild an existing store")
@@ -31,12 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
-    target = store_path(args.root, args.dataset, args.scale, args.seed, args.name, args.mean_degree)
+    target = store_path(args.root, args.dataset, args.scale, args.seed, args.name, args.mean_degree,
+                        args.labelled_fraction)
     if target.exists() and not args.force:
         print(f"{target} exists (--force rebuilds it)")
         return 0
     path = fetch(args.dataset, root=args.root, source=args.source, name=args.name, scale=args.scale,
                  seed=args.seed, undirected=args.undirected, force=args.force,
-                 budget=int(args.chunk_mb * 2**20), threads=args.threads, mean_degree=args.mean_degree)
+                 budget=int(args.chunk_mb * 2**20), threads=args.threads, mean_degree=args.mean_degree,
+                 labelled_fraction=args.labelled_fraction)
     print(f"{path} ({time.perf_counter() - start:.1f} s)")
     return 0

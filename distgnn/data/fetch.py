@@ -31,18 +31,21 @@ def _reader(dataset: str) -> Callable[..., GraphSource]:
 
 def open_source(dataset: str, *, source: str | Path | None = None, download_dir: Path,
                 scale: float = 1.0, seed: int = 0, undirected: bool = False,
-                mean_degree: float | None = None) -> GraphSource:
+                mean_degree: float | None = None, labelled_fraction: float | None = None) -> GraphSource:
     """Resolve ``dataset`` into a streamed :class:`GraphSource`."""
     if dataset not in DATASETS:
         raise DistgnnError(f"unknown dataset '{dataset}' (choose from {', '.join(DATASETS)})")
     if dataset in TWINS:
         if source is not None:
             raise DistgnnError(f"--source does not apply to the synthetic twin {dataset}")
-        return make_twin(dataset, scale=scale, seed=seed, mean_degree=mean_degree)
+        return make_twin(dataset, scale=scale, seed=seed, mean_degree=mean_degree,
+                         labelled_fraction=labelled_fraction)
     if scale != 1.0:
         raise DistgnnError(f"--scale applies to synthetic twins only, not to {dataset}")
     if mean_degree is not None:
         raise DistgnnError(f"--mean-degree applies to synthetic twins only, not to {dataset}")
+    if labelled_fraction is not None:
+        raise DistgnnError(f"--labelled-fraction applies to synthetic twins only, not to {dataset}")
     if dataset == "npy":
         if source is None:
             raise DistgnnError("npy needs --source DIR (a folder with src.npy, dst.npy, feat.npy, label.npy)")
@@ -53,22 +56,24 @@ def open_source(dataset: str, *, source: str | Path | None = None, download_dir:
 
 
 def store_path(root: str | Path, dataset: str, scale: float = 1.0, seed: int = 0,
-               name: str | None = None, mean_degree: float | None = None) -> Path:
+               name: str | None = None, mean_degree: float | None = None,
+               labelled_fraction: float | None = None) -> Path:
     """Where ``fetch`` writes: ``<root>/<store>/graph.zarr``."""
-    return Path(root) / store_name(dataset, scale, seed, name, mean_degree) / "graph.zarr"
+    return Path(root) / store_name(dataset, scale, seed, name, mean_degree, labelled_fraction) / "graph.zarr"
 
 
 def fetch(dataset: str, *, root: str | Path = "data", source: str | Path | None = None,
           name: str | None = None, scale: float = 1.0, seed: int = 0, undirected: bool = False,
           force: bool = False, budget: int = DEFAULT_CHUNK_BUDGET, threads: int = 0,
-          mean_degree: float | None = None) -> Path:
+          mean_degree: float | None = None, labelled_fraction: float | None = None) -> Path:
     """Write ``<root>/<store>/graph.zarr`` and return its path; an existing complete store is kept
     unless ``force``."""
-    target = store_path(root, dataset, scale, seed, name, mean_degree)
+    target = store_path(root, dataset, scale, seed, name, mean_degree, labelled_fraction)
     if target.exists() and not force:
         return target
     graph = open_source(dataset, source=source, download_dir=target.parent / "raw",
-                        scale=scale, seed=seed, undirected=undirected, mean_degree=mean_degree)
+                        scale=scale, seed=seed, undirected=undirected, mean_degree=mean_degree,
+                        labelled_fraction=labelled_fraction)
     # sources already stored in both directions (directed=False) must not get a second copy
     if undirected and dataset not in ("npy",) and graph.directed:
         graph.add_reverse = True

@@ -41,9 +41,9 @@ DEFAULT_CHUNK_BUDGET = 64 << 20
 
 
 def store_name(dataset: str, scale: float = 1.0, seed: int = 0, name: str | None = None,
-               mean_degree: float | None = None) -> str:
-    """Folder name of a store: ``dataset[-x<scale>][-d<mean degree>][-seed<N>]`` unless ``name``
-    is given."""
+               mean_degree: float | None = None, labelled_fraction: float | None = None) -> str:
+    """Folder name of a store: ``dataset[-x<scale>][-d<mean degree>][-l<labelled fraction>][-seed<N>]``
+    unless ``name`` is given."""
     if name:
         return name
     out = dataset
@@ -51,6 +51,8 @@ def store_name(dataset: str, scale: float = 1.0, seed: int = 0, name: str | None
         out += f"-x{scale:g}"
     if mean_degree is not None:
         out += f"-d{mean_degree:g}"
+    if labelled_fraction is not None:
+        out += f"-l{labelled_fraction:g}"
     if seed != 0:
         out += f"-seed{seed}"
     return out
@@ -276,6 +278,7 @@ def write_graph_store(source: GraphSource, path: str | os.PathLike, *, overwrite
             "source": source.source,
             "scale": source.scale,
             "mean_degree": source.mean_degree,
+            "labelled_fraction": source.labelled_fraction,
             "seed": source.seed,
             "checksum": combine_digests(digests),
         }

@@ -38,4 +38,5 @@ class GraphSource:
     scale: float = 1.0
     seed: int = 0
     mean_degree: float | None = None  #: twins: the requested mean in-degree (None: scaled)
+    labelled_fraction: float | None = None  #: twins: requested fraction of vertices in the split (None: real)
     files: dict[str, str] = field(default_factory=dict)  #: logical part -> file, for error messages

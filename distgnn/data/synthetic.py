@@ -14,7 +14,9 @@ A twin is a degree-corrected planted-partition graph (a Chung-Lu graph with comm
 ``--scale S`` multiplies vertices and edges by S, keeping the mean degree, except that the mean
 in-degree is capped at N/50 (so the graph stays sparse: edges <= N^2/50). ``--mean-degree D`` sets
 the mean in-degree instead (edges = D N, also at most N/50): a low-degree twin with many vertices,
-which the real dataset's degree and the cap do not give at small scales. Output is deterministic
+which the real dataset's degree and the cap do not give at small scales. ``--labelled-fraction F``
+puts a fraction F of the vertices in train/val/test (the real split's proportions) instead of the
+real fraction: papers100M labels 1.4% of its vertices, too few to measure accuracy at small scales. Output is deterministic
 for a seed and independent of the memory budget: randomness is drawn per fixed-size block from a
 ``SeedSequence`` keyed by (seed, stream, block).
 """
@@ -165,9 +167,13 @@ class _TwinModel:
             out[start:end] = u < prob[self.community[start:end]]
         return out
 
-    def masks(self) -> dict[str, np.ndarray]:
-        real_n = self.spec.num_nodes
-        fractions = [c / real_n for c in self.spec.split]
+    def masks(self, labelled_fraction: float | None) -> dict[str, np.ndarray]:
+        """Disjoint train/val/test masks: the real split's fractions of the vertices, or the split's
+        proportions scaled to cover ``labelled_fraction`` of them."""
+        if labelled_fraction is None:
+            fractions = [c / self.spec.num_nodes for c in self.spec.split]
+        else:
+            fractions = [labelled_fraction * c / sum(self.spec.split) for c in self.spec.split]
         rng = _rng(self.seed, 7)
         order = rng.permutation(self.n)
         counts = np.maximum(1, np.round(np.array(fractions) * self.n).astype(np.int64))
@@ -181,19 +187,24 @@ class _TwinModel:
 
 
 def make_twin(dataset: str, scale: float = 1.0, seed: int = 0,
-              mean_degree: float | None = None) -> GraphSource:
+              mean_degree: float | None = None, labelled_fraction: float | None = None) -> GraphSource:
     """A :class:`GraphSource` for the twin ``dataset`` (one of :data:`TWINS`); ``mean_degree``
-    overrides the scaled mean in-degree (see :func:`twin_size`)."""
+    overrides the scaled mean in-degree (see :func:`twin_size`); ``labelled_fraction`` (0, 1] puts
+    that fraction of the vertices in train/val/test instead of the real dataset's fraction (which
+    for papers100M, 1.4%, leaves few test vertices at small scales), keeping the split's proportions."""
     if dataset not in TWINS:
         raise DistgnnError(f"unknown twin '{dataset}' (choose from {', '.join(TWINS)})")
     if not scale > 0:
         raise DistgnnError(f"--scale must be positive, got {scale}")
+    if labelled_fraction is not None and not 0 < labelled_fraction <= 1:
+        raise DistgnnError(f"--labelled-fraction must lie in (0, 1], got {labelled_fraction:g}")
     spec = TWINS[dataset]
     n, m = twin_size(spec, scale, mean_degree)
     model = _TwinModel(spec, n, m, seed)
     labels = model.labels()
-    masks = model.masks()
-    if not spec.multilabel and spec.split and sum(spec.split) < spec.num_nodes:
+    covered = labelled_fraction if labelled_fraction is not None else sum(spec.split) / spec.num_nodes
+    masks = model.masks(labelled_fraction)
+    if not spec.multilabel and covered < 1:
         # papers100M-style: only the split vertices carry labels.
         labelled = masks["train_mask"] | masks["val_mask"] | masks["test_mask"]
         labels[~labelled] = -1
@@ -202,7 +213,7 @@ def make_twin(dataset: str, scale: float = 1.0, seed: int = 0,
         edges=model.edge_pairs, features=model.feature_blocks, labels=labels, masks=masks,
         source="synthetic", multilabel=spec.multilabel, directed=spec.directed,
         add_reverse=not spec.directed, allow_unlabelled=True, scale=scale, seed=seed,
-        mean_degree=mean_degree,
+        mean_degree=mean_degree, labelled_fraction=labelled_fraction,
     )
 
 

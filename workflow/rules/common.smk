@@ -4,10 +4,10 @@ from distgnn.report.make import REPORT_FILES  # the files every report writes
 
 
 def datasets_by_store():
-    """Store name (DESIGN 2: dataset[-x<scale>][-seed<N>], or `name`) -> its dataset entry."""
+    """Store name (DESIGN 2: dataset[-x<scale>][-d<D>][-l<F>][-seed<N>], or `name`) -> its dataset entry."""
     return {
         store_name(d["dataset"], d.get("scale", 1.0), d.get("seed", 0), d.get("name"),
-                   d.get("mean_degree")): d
+                   d.get("mean_degree"), d.get("labelled_fraction")): d
         for d in config["datasets"]
     }
 
@@ -22,6 +22,8 @@ def fetch_options(wildcards):
     opts = f"--scale {d.get('scale', 1.0)} --seed {d.get('seed', 0)}"
     if d.get("mean_degree") is not None:
         opts += f" --mean-degree {d['mean_degree']}"
+    if d.get("labelled_fraction") is not None:
+        opts += f" --labelled-fraction {d['labelled_fraction']}"
     if d.get("source"):
         opts += f" --source {d['source']}"
     if d.get("undirected", False):
