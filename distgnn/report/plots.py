@@ -120,9 +120,10 @@ def learning_curves(curves: dict[str, list[list[dict]]], path: Path, *, title: s
         if xs:
             _mean_with_range(test_ax, xs, test, label, color)
             top = max(top, float(test.max()))
-    loss_ax.set(yscale="log", xlabel="epoch", ylabel="training loss", title=title)
+    fig.suptitle(title)
+    loss_ax.set(yscale="log", xlabel="epoch", ylabel="training loss", title="training loss (band: runs' range)")
     test_ax.set(xlabel="epoch", ylabel=f"test {metric} (%)", ylim=(top - window, top + 1),
-                title=f"test {metric} (exact evaluation; band: runs' range)")
+                title=f"test {metric} (exact evaluation)")
     for ax in (loss_ax, test_ax):
         ax.grid(alpha=0.3)
         ax.legend()
