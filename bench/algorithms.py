@@ -94,10 +94,9 @@ def main() -> int:
         return float(np.mean(values)), float(np.std(values))
 
     rf = results[args.algos[0]][0]["replication_factor"]
-    degree = f" --mean-degree {args.mean_degree:g}" if args.mean_degree is not None else ""
-    if args.labelled_fraction is not None:
-        degree += f" --labelled-fraction {args.labelled_fraction:g}"
-    print(f"# Delayed-update algorithms: {args.dataset} --scale {args.scale:g}{degree}, {args.method} P={args.parts} "
+    twin_options = "".join(f" --{flag} {value:g}" for flag, value in (
+        ("mean-degree", args.mean_degree), ("labelled-fraction", args.labelled_fraction)) if value is not None)
+    print(f"# Delayed-update algorithms: {args.dataset} --scale {args.scale:g}{twin_options}, {args.method} P={args.parts} "
           f"(replication factor {rf:.3f}), {args.layers}-layer GraphSAGE ({args.aggregator}) hidden {args.hidden}, "
           f"lr {args.lr:g}, dropout {args.dropout:g}, weight decay {args.weight_decay:g}, "
           f"{args.epochs} epochs, seeds {args.seeds}, {threads} thread(s) per rank")
@@ -115,7 +114,7 @@ def main() -> int:
               f"{mb['bytes_gradients']:.3f} |")
     plot = Path(args.plot) if args.plot else work / "algorithms.png"
     learning_curves({algo: [s["metrics"] for s in runs] for algo, runs in results.items()}, plot,
-                    title=f"{args.dataset} x{args.scale:g}{degree}, {args.method} P={args.parts}", metric=metric)
+                    title=f"{args.dataset} x{args.scale:g}{twin_options}, {args.method} P={args.parts}", metric=metric)
     print(f"\nlearning curves: {plot}")
     failures = []
     if {"cd-0", "0c"} <= results.keys():

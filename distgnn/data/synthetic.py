@@ -16,8 +16,8 @@ in-degree is capped at N/50 (so the graph stays sparse: edges <= N^2/50). ``--me
 the mean in-degree instead (edges = D N, also at most N/50): a low-degree twin with many vertices,
 which the real dataset's degree and the cap do not give at small scales. ``--labelled-fraction F``
 puts a fraction F of the vertices in train/val/test (the real split's proportions) instead of the
-real fraction: papers100M labels 1.4% of its vertices, too few to measure accuracy at small scales. Output is deterministic
-for a seed and independent of the memory budget: randomness is drawn per fixed-size block from a
+real fraction: papers100M labels 1.4% of its vertices, too few to measure accuracy at small
+scales. Output is deterministic for a seed and independent of the memory budget: randomness is drawn per fixed-size block from a
 ``SeedSequence`` keyed by (seed, stream, block).
 """
 from __future__ import annotations
