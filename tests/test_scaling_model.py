@@ -155,3 +155,14 @@ def test_input_cache_removes_layer0_from_cd0_and_one_rank_only() -> None:
     assert cached.aggregated_widths(graph, "0c", 4) == [256, 256, 41]
     assert cached.aggregated_widths(graph, "cd-5", 4) == [256, 256, 41]
     assert cached.agg_units(graph) == 2 * (256 + 41)
+
+
+def test_settled_layer0_leaves_0c_and_cdr_when_layer0_aggregates_first() -> None:
+    """128 features under hidden 172: layer 0 aggregates the constant input first, so 0c and cd-r
+    keep their own layer-0 aggregate in steady state; cd-r-orig's alternates."""
+    graph = GraphShape(111_059_956, 1_615_685_872, 128, 172)
+    cached, every = ModelShape(2, 172, True), ModelShape(2, 172, False)
+    for algo in ("cd-0", "0c", "cd-5"):
+        assert cached.aggregated_widths(graph, algo, 4) == [172], algo
+        assert every.aggregated_widths(graph, algo, 4) == [128, 172], algo
+    assert cached.aggregated_widths(graph, "cd-5-orig", 4) == [128, 172]

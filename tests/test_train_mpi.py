@@ -129,21 +129,58 @@ def test_input_cache_skips_layer0_exchange_and_keeps_0c_and_cdr_training(partiti
             assert forward[0] == forward[1], algo
 
 
-@pytest.mark.parametrize("algo", ["cd-0", "cd-3"])
-def test_resume_after_a_failed_rank_continues_exactly(partitions, tmp_path: Path, algo: str) -> None:
-    parts = 2
+@pytest.fixture(scope="module")
+def narrow_input_parts(tmp_path_factory) -> Path:
+    """Three Libra parts of a twin whose 8 input features are narrower than hidden 16, so layer 0
+    aggregates the constant features before its linear map."""
+    root = tmp_path_factory.mktemp("narrow")
+    store = fetch("synth-proteins", root=root, scale=0.005, mean_degree=8, seed=1, threads=1)
+    folder = root / "libra-3"
+    proc = run_cli("partition", store, "--parts", 3, "--method", "libra", "--out", folder,
+                   "--threads", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    return folder
+
+
+def test_0c_and_cdr_keep_their_settled_layer0_aggregate(narrow_input_parts, tmp_path: Path) -> None:
+    """With the input cache on, 0c (at once) and cd-2 (from step 3r = 6) keep their own layer-0
+    aggregate of the constant input and train bit for bit as when recomputing it every epoch; cd-2
+    sends no layer-0 rows from step 2r = 4 on (forward bytes: layer 1's 16 columns of 8 + 16).
+    cd-2-orig's layer-0 aggregate alternates, so it is unchanged."""
+    parts, epochs = 3, 10
+    for algo in ("0c", "cd-2", "cd-2-orig"):
+        runs = {flag: tmp_path / f"{algo}{flag}" for flag in ("", "--no-input-cache")}
+        for flag, run in runs.items():
+            train(narrow_input_parts, parts, run, "--algo", algo, "--epochs", str(epochs),
+                  "--eval-every", "5", *([flag] if flag else []))
+        kept, every = records(runs[""]), records(runs["--no-input-cache"])
+        np.testing.assert_array_equal(losses(runs[""]), losses(runs["--no-input-cache"]), err_msg=algo)
+        forward = [[r["bytes_forward"] for r in recs[4:]] for recs in (kept, every)]
+        if algo == "cd-2":
+            assert all(f > 0 for f in forward[0])
+            assert forward[0] == pytest.approx([f * 16 / 24 for f in forward[1]], rel=1e-12)
+        else:
+            assert forward[0] == forward[1], algo
+
+
+@pytest.mark.parametrize("algo, narrow", [("cd-0", False), ("cd-3", False), ("cd-3", True)])
+def test_resume_after_a_failed_rank_continues_exactly(partitions, request, tmp_path: Path, algo: str,
+                                                      narrow: bool) -> None:
+    """Resuming at epoch 10 gives the uninterrupted losses; ``narrow``: layer 0 aggregates the
+    constant input first, so cd-3 has kept its settled layer-0 aggregate since step 9."""
+    parts, folder = (3, request.getfixturevalue("narrow_input_parts")) if narrow else (2, partitions[2])
     common = ["--algo", algo, "--epochs", str(EPOCHS), "--checkpoint-every", "5", "--eval-every", "0"]
     whole = tmp_path / "whole"
-    train(partitions[parts], parts, whole, *common)
+    train(folder, parts, whole, *common)
     broken = tmp_path / "broken"
-    proc = train(partitions[parts], parts, broken, *common, check=False,
+    proc = train(folder, parts, broken, *common, check=False,
                  env={"DISTGNN_TEST_FAIL_RANK": "1", "DISTGNN_TEST_FAIL_EPOCH": "12"})
     assert proc.returncode != 0
     assert "rank 1" in proc.stderr and "injected failure" in proc.stderr
     assert not (broken / "summary.json").exists()
     manifests = sorted(p.parent.name for p in (broken / "checkpoints").glob("*/manifest.json"))
     assert manifests == ["epoch_000005", "epoch_000010"]
-    train(partitions[parts], parts, broken, *common, "--resume")
+    train(folder, parts, broken, *common, "--resume")
     epochs = [r["epoch"] for r in records(broken)]
     assert epochs == list(range(1, EPOCHS + 1))  # every epoch exactly once
     np.testing.assert_allclose(losses(broken)[10:], losses(whole)[10:], rtol=1e-6)

@@ -34,7 +34,8 @@ class ModelShape:
     hidden: int = 256
     #: the trainer's input cache (``--no-input-cache`` turns it off): layer 0's aggregate of the
     #: features is computed once, so cd-0 (and any algorithm on one rank) skips layer 0's
-    #: aggregation and exchange every epoch
+    #: aggregation and exchange every epoch; 0c and cd-r (not cd-r-orig) do too in steady state
+    #: when layer 0 aggregates before its linear map (their own aggregate of the constant input)
     input_cache: bool = True
 
     def widths(self, graph: GraphShape) -> list[tuple[int, int, int]]:
@@ -45,8 +46,11 @@ class ModelShape:
         ``parts`` ranks."""
         from distgnn.train.algorithms import parse_algorithm
 
-        cached = self.input_cache and parse_algorithm(algo).trains_with_input_cache(parts)
-        return [w for _, _, w in self.widths(graph)[1 if cached else 0:]]
+        algorithm, widths = parse_algorithm(algo), self.widths(graph)
+        in_dim, out_dim, _ = widths[0]
+        cached = self.input_cache and (algorithm.trains_with_input_cache(parts) or (
+            algorithm.keeps_own_input_aggregate(parts) and in_dim <= out_dim))
+        return [w for _, _, w in widths[1 if cached else 0:]]
 
     def agg_units(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1) -> int:
         """Columns aggregated per edge per epoch (forward and backward of every aggregating layer)."""

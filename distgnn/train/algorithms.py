@@ -28,6 +28,12 @@ class Algorithm:
         own layer-0 semantics."""
         return self.exact or parts == 1
 
+    def keeps_own_input_aggregate(self, parts: int) -> bool:
+        """Whether training at ``parts`` ranks keeps its own layer-0 aggregate of the constant input
+        (layer 0 aggregating before its linear map) once it stops changing: 0c from the first
+        step, cd-r from step 3r; cd-r-orig's alternates, and cd-0 or one rank use the exact cache."""
+        return parts > 1 and (not self.exchange or (self.delay > 0 and not self.original))
+
     @property
     def global_degree(self) -> bool:
         """cd-0 and cd-r divide by the global degree; 0c by the local one (cd-r-orig: per vertex)."""

@@ -16,6 +16,14 @@ first computes the partial aggregate ``p`` of every local vertex over its local 
   ``S - p_i``) in place of its own partial; at other steps a split vertex uses its partial alone.
 * ``0c``: no exchange.
 
+Constant layers (layer 0 when its input is the constant feature matrix and it aggregates before
+its linear map): once the algorithm's own aggregate can no longer change (0c and cd-0 at once, cd-r
+from step 3r on, when every bin's root and leaf deliveries are done; never for cd-r-orig, whose
+aggregate alternates) it is kept and returned without the kernel or messages. For cd-r the R of a
+constant layer is set once and never changes after, so a constant layer posts to roots only at
+steps < r, replies only at steps < 2r and receives only at steps < 3r: the values are the rule's,
+bit for bit, without the steady-state messages.
+
 Degrees: cd-0 and cd-r divide by the global in-degree, 0c by the local one, cd-r-orig by the local
 one until the vertex's first delivery and the global one after. ``gcn`` adds the vertex's own row
 after the exchange: ``(a + h_v) / (deg + 1)``. Evaluation always uses the exact cd-0 exchange, on
@@ -122,7 +130,8 @@ class DistributedAggregation:
     """
 
     def __init__(self, part: PartitionData, algorithm: Algorithm, norm: str, comm: Communicator,
-                 eval_comm: Communicator, timers: Timers, threads: int = 0):
+                 eval_comm: Communicator, timers: Timers, threads: int = 0,
+                 constant_layers: frozenset[int] = frozenset()):
         if norm not in ("mean", "gcn"):
             raise ValueError(f"norm must be mean or gcn, got {norm}")
         self.part, self.algorithm, self.norm = part, algorithm, norm
@@ -131,6 +140,10 @@ class DistributedAggregation:
         self.local_degree = part.local_degree.clamp(min=0).to(torch.float32)
         self.global_degree = part.in_degree_global.to(torch.float32)
         self.layers: dict[int, DelayedLayerState] = {}
+        #: layers whose input is constant in training (see the module docstring)
+        self.constant_layers = frozenset(constant_layers)
+        #: layer -> its training aggregate, once it can no longer change
+        self.settled: dict[int, torch.Tensor] = {}
         r = max(algorithm.delay, 1)
         self.bins_leaf: list[RowPlan] = []
         self.bins_root: list[RowPlan] = []
@@ -142,18 +155,24 @@ class DistributedAggregation:
 
     # -- public ------------------------------------------------------------------------------
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        if self.training and layer in self.settled:
+            return self.settled[layer]
         p = _LocalSum.apply(h, self.part, self.timers, self.threads)
         if not self.training:
             a = _ExactExchange.apply(p, self.part, self.eval_comm, self.timers, "eval")
             return self._scale(a, h, self.global_degree)
         algo = self.algorithm
         if not algo.exchange:
-            return self._scale(p, h, self.local_degree)
-        if algo.delay == 0:
+            out = self._scale(p, h, self.local_degree)
+        elif algo.delay == 0:
             a = _ExactExchange.apply(p, self.part, self.comm, self.timers, "forward")
-            return self._scale(a, h, self.global_degree)
-        a, degree = self._delayed(layer, p)
-        return self._scale(a, h, degree)
+            out = self._scale(a, h, self.global_degree)
+        else:
+            a, degree = self._delayed(layer, p)
+            out = self._scale(a, h, degree)
+        if layer in self.constant_layers and self._can_settle(layer):
+            self.settled[layer] = out.detach()
+        return out
 
     def finish(self) -> None:
         """Complete every message still in flight (before a checkpoint or MPI finalize)."""
@@ -172,7 +191,7 @@ class DistributedAggregation:
                 for layer, s in self.layers.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.layers = {}
+        self.layers, self.settled = {}, {}
         for layer, s in state.items():
             self.layers[int(layer)] = DelayedLayerState(
                 step=s["step"], remote=s["remote"], delivered=s["delivered"],
@@ -180,6 +199,15 @@ class DistributedAggregation:
                 pending_to_leaf={k: _Delivered(v) for k, v in s["pending_to_leaf"].items()})
 
     # -- internals ---------------------------------------------------------------------------
+    def _can_settle(self, layer: int) -> bool:
+        """Whether a constant layer's training aggregate is final (after this step's call)."""
+        algo = self.algorithm
+        if algo.original:
+            return False
+        if algo.delay == 0 or self.comm.size == 1:
+            return True
+        return self.layers[layer].step >= 3 * algo.delay
+
     def _scale(self, a: torch.Tensor, h: torch.Tensor, degree: torch.Tensor) -> torch.Tensor:
         if self.norm == "gcn":
             return (a + h) / (degree + 1.0).unsqueeze(1)
@@ -194,6 +222,8 @@ class DistributedAggregation:
             state.remote = torch.zeros((n, width), dtype=p.dtype)
             state.delivered = torch.zeros(n, dtype=torch.bool)
         e, b = state.step, state.step % r
+        # a constant layer's R is final after every bin's first deliveries: no later messages
+        horizon = r if layer in self.constant_layers and not original else None
         leaf_plan, root_plan = self.bins_leaf[b], self.bins_root[b]
         fresh = p.detach()
         remote = state.remote
@@ -201,7 +231,7 @@ class DistributedAggregation:
         extra_rows = None      # cd-r-orig: (ids, rows) added this step only
         if self.comm.size > 1:
             with self.timers("exchange_wait"):
-                if e >= r:  # root: leaves' partials of step e - r have arrived
+                if e >= r and (horizon is None or e < 2 * horizon):  # root: leaves' p(e - r) arrived
                     from_leaves = state.pending_to_root.pop(e - r).wait()
                     root_ids = root_plan.ids
                     remote[root_ids] = 0.0
@@ -213,15 +243,16 @@ class DistributedAggregation:
                     state.delivered[root_ids] = True
                     if original:
                         extra_rows = (root_ids, remote[root_ids].clone())
-                if e >= 2 * r:  # leaf: the root's reply of step e - r has arrived
+                if e >= 2 * r and (horizon is None or e < 3 * horizon):  # leaf: root's reply arrived
                     from_root = state.pending_to_leaf.pop(e - r).wait()
                     leaf_ids = leaf_plan.ids
                     remote[leaf_ids] = from_root
                     state.delivered[leaf_ids] = True
                     if original:
                         keep = leaf_ids
-                state.pending_to_root[e] = self.comm.exchange_rows_async(
-                    fresh[leaf_plan.ids], leaf_plan, root_plan, "forward")
+                if horizon is None or e < horizon:
+                    state.pending_to_root[e] = self.comm.exchange_rows_async(
+                        fresh[leaf_plan.ids], leaf_plan, root_plan, "forward")
         state.step += 1
         if not original:
             return p + remote, self.global_degree

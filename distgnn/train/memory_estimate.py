@@ -6,7 +6,8 @@ starting ``distgnn train`` (it reads only attributes: no array is loaded). Compo
 * ``baseline``: the interpreter with torch, mpi4py, zarr and the native module imported (measured:
   :func:`measure_baseline`; the default was measured on the development machine);
 * ``features``: feat float32 [n_k, F], labels, masks, and (``input_cache``) layer 0's aggregate
-  of feat, float32 [n_k, F];
+  of feat, float32 [n_k, F], and for 0c and cd-r at P > 1 with layer 0 aggregating first their
+  own kept layer-0 aggregate, one more [n_k, F];
 * ``graph``: CSR and its transpose (int64 indptr, int32 indices), ids, degrees, communication plans;
 * ``activations``: tensors autograd keeps between forward and backward (ReLU output and dropout
   output of every hidden layer, the logits) plus the working set of the widest layer (its local
@@ -109,7 +110,12 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
     exchanges, delay = _algo_delay(algo)
     widths = layer_widths(shape.feat_dim, hidden, shape.num_classes, layers)
     label = n * shape.num_classes * f32 if shape.multilabel else n * i64
-    features = n * shape.feat_dim * f32 * (2 if input_cache else 1) + label + 4 * n  # + masks, is_root
+    from distgnn.train.algorithms import parse_algorithm
+
+    kept = (input_cache and parse_algorithm(algo).keeps_own_input_aggregate(shape.num_parts)
+            and widths[0][0] <= widths[0][1])
+    copies = 1 + int(input_cache) + int(kept)
+    features = n * shape.feat_dim * f32 * copies + label + 4 * n  # + masks, is_root
     plans = 2 * shape.num_leaves * i64 if shape.num_parts > 1 else 0
     graph = 2 * (n + 1) * i64 + 2 * m * i32 + 2 * n * i64 + 2 * n * f32 + plans
     saved = sum(SAVED_PER_HIDDEN_LAYER * o for _, o, _ in widths[:-1]) + 2 * shape.num_classes

@@ -124,12 +124,15 @@ class Trainer:
         if config.threads > 0:
             torch.set_num_threads(config.threads)
         self.eval_comm = self.comm.dup()
-        self.aggregation = DistributedAggregation(self.part, self.algorithm, config.aggregator,
-                                                  self.comm, self.eval_comm, self.timers,
-                                                  config.threads)
         torch.manual_seed(config.seed)
         self.model = GraphSAGE(self.part.feat.shape[1], config.hidden, self.num_classes,
                                config.layers, config.aggregator, config.dropout)
+        # layer 0 aggregating first sees the constant features (no dropout before it): with the
+        # input cache on, 0c and cd-r keep their own layer-0 aggregate once it stops changing
+        constant = {0} if config.input_cache and not self.model.layers[0].lin_before_mp else set()
+        self.aggregation = DistributedAggregation(self.part, self.algorithm, config.aggregator,
+                                                  self.comm, self.eval_comm, self.timers,
+                                                  config.threads, frozenset(constant))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr,
                                           weight_decay=config.weight_decay)
         train_mask = self.part.masks["train_mask"]
