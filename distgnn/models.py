@@ -40,6 +40,12 @@ DropoutFn = Callable[[int, torch.Tensor], torch.Tensor]
 AGGREGATORS = ("mean", "gcn")
 
 
+
+def linear_first(in_dim: int, out_dim: int) -> bool:
+    """Whether a layer mapping ``in_dim`` to ``out_dim`` columns applies its neighbour linear map
+    before aggregating (it narrows the width); otherwise it aggregates its input as it comes."""
+    return in_dim > out_dim
+
 class SAGELayer(nn.Module):
     """One GraphSAGE layer (see the module docstring for the math and parameter names)."""
 
@@ -58,7 +64,7 @@ class SAGELayer(nn.Module):
     @property
     def lin_before_mp(self) -> bool:
         """Whether fc_neigh runs before aggregation (it narrows the width)."""
-        return self.in_dim > self.out_dim
+        return linear_first(self.in_dim, self.out_dim)
 
     def reset_parameters(self) -> None:
         """DGL's initialisation: Xavier-uniform weights with ReLU gain; biases as nn.Linear/zeros."""

@@ -28,11 +28,16 @@ class Algorithm:
         own layer-0 semantics."""
         return self.exact or parts == 1
 
-    def keeps_own_input_aggregate(self, parts: int) -> bool:
+    def keeps_own_input_aggregate(self, parts: int, in_dim: int, out_dim: int) -> bool:
         """Whether training at ``parts`` ranks keeps its own layer-0 aggregate of the constant input
-        (layer 0 aggregating before its linear map) once it stops changing: 0c from the first
-        step, cd-r from step 3r; cd-r-orig's alternates, and cd-0 or one rank use the exact cache."""
-        return parts > 1 and (not self.exchange or (self.delay > 0 and not self.original))
+        once it stops changing (0c from the first step, cd-r from step 3r), for a layer 0 mapping
+        ``in_dim`` to ``out_dim`` columns: only when layer 0 aggregates before its linear map (else
+        its aggregate changes with the weights). cd-r-orig's alternates; cd-0 and one rank use the
+        exact cache instead (:meth:`trains_with_input_cache`)."""
+        from distgnn.models import linear_first
+
+        return (parts > 1 and not linear_first(in_dim, out_dim)
+                and (not self.exchange or (self.delay > 0 and not self.original)))
 
     @property
     def global_degree(self) -> bool:

@@ -17,9 +17,11 @@ first computes the partial aggregate ``p`` of every local vertex over its local 
 * ``0c``: no exchange.
 
 Constant layers (layer 0 when its input is the constant feature matrix and it aggregates before
-its linear map): once the algorithm's own aggregate can no longer change (0c and cd-0 at once, cd-r
-from step 3r on, when every bin's root and leaf deliveries are done; never for cd-r-orig, whose
-aggregate alternates) it is kept and returned without the kernel or messages. For cd-r the R of a
+its linear map; the trainer marks them for 0c and cd-r only, see
+``Algorithm.keeps_own_input_aggregate``: cd-r-orig's aggregate alternates, and cd-0 uses the exact
+input cache): once the algorithm's own aggregate can no longer change (0c at once, cd-r from step
+3r on, when every bin's root and leaf deliveries are done) it is kept and returned without the
+kernel or messages. For cd-r the R of a
 constant layer is set once and never changes after, so a constant layer posts to roots only at
 steps < r, replies only at steps < 2r and receives only at steps < 3r: the values are the rule's,
 bit for bit, without the steady-state messages.
@@ -200,13 +202,10 @@ class DistributedAggregation:
 
     # -- internals ---------------------------------------------------------------------------
     def _can_settle(self, layer: int) -> bool:
-        """Whether a constant layer's training aggregate is final (after this step's call)."""
-        algo = self.algorithm
-        if algo.original:
-            return False
-        if algo.delay == 0 or self.comm.size == 1:
-            return True
-        return self.layers[layer].step >= 3 * algo.delay
+        """Whether a constant layer's training aggregate is final (after this step's call): 0c's
+        at once, cd-r's from step 3r (the trainer marks layers constant only for these two; see
+        :meth:`Algorithm.keeps_own_input_aggregate`)."""
+        return self.algorithm.delay == 0 or self.layers[layer].step >= 3 * self.algorithm.delay
 
     def _scale(self, a: torch.Tensor, h: torch.Tensor, degree: torch.Tensor) -> torch.Tensor:
         if self.norm == "gcn":
@@ -223,7 +222,7 @@ class DistributedAggregation:
             state.delivered = torch.zeros(n, dtype=torch.bool)
         e, b = state.step, state.step % r
         # a constant layer's R is final after every bin's first deliveries: no later messages
-        horizon = r if layer in self.constant_layers and not original else None
+        horizon = r if layer in self.constant_layers else None
         leaf_plan, root_plan = self.bins_leaf[b], self.bins_root[b]
         fresh = p.detach()
         remote = state.remote

@@ -112,8 +112,8 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
     label = n * shape.num_classes * f32 if shape.multilabel else n * i64
     from distgnn.train.algorithms import parse_algorithm
 
-    kept = (input_cache and parse_algorithm(algo).keeps_own_input_aggregate(shape.num_parts)
-            and widths[0][0] <= widths[0][1])
+    kept = input_cache and parse_algorithm(algo).keeps_own_input_aggregate(
+        shape.num_parts, widths[0][0], widths[0][1])
     copies = 1 + int(input_cache) + int(kept)
     features = n * shape.feat_dim * f32 * copies + label + 4 * n  # + masks, is_root
     plans = 2 * shape.num_leaves * i64 if shape.num_parts > 1 else 0

@@ -129,7 +129,9 @@ class Trainer:
                                config.layers, config.aggregator, config.dropout)
         # layer 0 aggregating first sees the constant features (no dropout before it): with the
         # input cache on, 0c and cd-r keep their own layer-0 aggregate once it stops changing
-        constant = {0} if config.input_cache and not self.model.layers[0].lin_before_mp else set()
+        first = self.model.layers[0]
+        constant = {0} if config.input_cache and self.algorithm.keeps_own_input_aggregate(
+            self.comm.size, first.in_dim, first.out_dim) else set()
         self.aggregation = DistributedAggregation(self.part, self.algorithm, config.aggregator,
                                                   self.comm, self.eval_comm, self.timers,
                                                   config.threads, frozenset(constant))
