@@ -41,6 +41,7 @@ def main() -> int:
                         help="twin's fraction of vertices in train/val/test (distgnn fetch --labelled-fraction)")
     parser.add_argument("--parts", type=int, default=4)
     parser.add_argument("--method", default="libra")
+    parser.add_argument("--roots", default="balance", help="root rule (distgnn partition --roots)")
     parser.add_argument("--epochs", type=int, default=100)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--algos", nargs="+", default=["cd-0", "cd-5", "cd-5-orig", "0c"])
@@ -65,10 +66,11 @@ def main() -> int:
     graph = fetch(args.dataset, root=work / "data", scale=args.scale, mean_degree=args.mean_degree,
                   labelled_fraction=args.labelled_fraction)
     metric = metric_name(bool(GraphStore.open(graph).attrs.get("multilabel", False)))
-    partdir = work / f"{args.method}-{args.parts}"
+    partition = f"{args.method}-{args.parts}" + ("" if args.roots == "balance" else f"-{args.roots}")
+    partdir = work / partition
     if not partdir.exists():
         sh(python, "-m", "distgnn", "partition", graph, "--parts", str(args.parts), "--method",
-           args.method, "--out", partdir, "--quiet")
+           args.method, "--roots", args.roots, "--out", partdir, "--quiet")
     threads = max(1, (os.cpu_count() or 1) // args.parts)
     results: dict[str, list[dict]] = {}
     for algo in args.algos:
@@ -96,7 +98,8 @@ def main() -> int:
     rf = results[args.algos[0]][0]["replication_factor"]
     twin_options = "".join(f" --{flag} {value:g}" for flag, value in (
         ("mean-degree", args.mean_degree), ("labelled-fraction", args.labelled_fraction)) if value is not None)
-    print(f"# Delayed-update algorithms: {args.dataset} --scale {args.scale:g}{twin_options}, {args.method} P={args.parts} "
+    roots = "" if args.roots == "balance" else f" (roots: {args.roots})"
+    print(f"# Delayed-update algorithms: {args.dataset} --scale {args.scale:g}{twin_options}, {args.method}{roots} P={args.parts} "
           f"(replication factor {rf:.3f}), {args.layers}-layer GraphSAGE ({args.aggregator}) hidden {args.hidden}, "
           f"lr {args.lr:g}, dropout {args.dropout:g}, weight decay {args.weight_decay:g}, "
           f"{args.epochs} epochs, seeds {args.seeds}, {threads} thread(s) per rank")
@@ -114,7 +117,7 @@ def main() -> int:
               f"{mb['bytes_gradients']:.3f} |")
     plot = Path(args.plot) if args.plot else work / "algorithms.png"
     learning_curves({algo: [s["metrics"] for s in runs] for algo, runs in results.items()}, plot,
-                    title=f"{args.dataset} x{args.scale:g}{twin_options}, {args.method} P={args.parts}", metric=metric)
+                    title=f"{args.dataset} x{args.scale:g}{twin_options}, {args.method}{roots} P={args.parts}", metric=metric)
     print(f"\nlearning curves: {plot}")
     failures = []
     if {"cd-0", "0c"} <= results.keys():

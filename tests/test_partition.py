@@ -30,8 +30,9 @@ def stores(tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def partition(graph: Path, out: Path, parts: int, method: str, seed: int = 0) -> list[zarr.Group]:
-    assign_graph(graph, parts, method, seed, out)
+def partition(graph: Path, out: Path, parts: int, method: str, seed: int = 0,
+              root_rule: str = "balance") -> list[zarr.Group]:
+    assign_graph(graph, parts, method, seed, out, root_rule=root_rule)
     build_all(out, threads=2)
     return [zarr.open_group(str(out / f"part_{k}.zarr"), mode="r") for k in range(parts)]
 
@@ -163,6 +164,37 @@ def test_roots_balanced(stores, tmp_path, method):
     assert ours.tolist() == attrs["part_train_roots"]
     if method == "random":  # nearly every vertex is split, so the greedy choice is free
         assert ours.max() - ours.min() <= 1
+
+
+@pytest.mark.parametrize("method", ["libra", "random"])
+def test_roots_on_most_in_edges(stores, tmp_path, method):
+    """--roots in-edges: every root holds the most in-edges of its vertex among the replicas, so
+    roots hold a larger share of the edges than under `balance`; the parts pass every invariant and
+    `verify`, and random parts keep their roots balanced."""
+    graph = stores["powerlaw"]
+    groups = partition(graph, tmp_path / "in", 4, method, root_rule="in-edges")
+    check_invariants(graph, groups)
+    verify_partition(tmp_path / "in")
+    shares = {}
+    for rule in ("in-edges", "balance"):
+        if rule == "balance":
+            assign_graph(graph, 4, method, 0, tmp_path / "bal")
+        group = zarr.open_group(str(tmp_path / ("in" if rule == "in-edges" else "bal") / "assignment.zarr"),
+                                mode="r")
+        edge_part, root, attrs = group["edge_part"][:], group["root"][:], dict(group.attrs)
+        indptr, _ = GraphStore.open(graph).csr()
+        dst = np.repeat(np.arange(len(root)), np.diff(indptr))
+        assert attrs["root_rule"] == rule
+        assert attrs["root_edge_share"] == pytest.approx(np.mean(edge_part == root[dst]))
+        shares[rule] = attrs["root_edge_share"]
+        if rule == "in-edges":
+            counts = np.zeros((len(root), 4), dtype=np.int64)  # tiny graph: a dense table is fine
+            np.add.at(counts, (dst, edge_part), 1)
+            assert np.array_equal(counts[np.arange(len(root)), root], counts.max(axis=1))
+            if method == "random":
+                train_roots = np.bincount(root[GraphStore.open(graph)["train_mask"][:]], minlength=4)
+                assert train_roots.max() - train_roots.min() <= 0.2 * train_roots.mean()
+    assert shares["in-edges"] > shares["balance"]
 
 
 def test_no_temp_left(stores, tmp_path):

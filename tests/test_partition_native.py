@@ -42,7 +42,7 @@ def permutation(m: int, seed: int) -> list[int]:
     return perm
 
 
-def reference(indptr, indices, P, method, seed, train, lam=1.0, order="store"):
+def reference(indptr, indices, P, method, seed, train, lam=1.0, order="store", root_rule="balance"):
     n = len(indptr) - 1
     dst_of = np.repeat(np.arange(n), np.diff(indptr))
     stream = (range(len(indices)) if order == "store" or method not in ("libra", "hdrf")
@@ -104,7 +104,11 @@ def reference(indptr, indices, P, method, seed, train, lam=1.0, order="store"):
             if root[v] >= 0 or bool(train[v]) != want_train:
                 continue
             key = [(troots[p] << 31) + roots[p] if want_train else roots[p] for p in range(P)]
-            c = least(A[v] or range(P), key, tie(rsalt, v))
+            cands = A[v] or range(P)
+            in_edges = np.bincount(out[indptr[v]:indptr[v + 1]], minlength=P)
+            if root_rule == "in-edges" and in_edges.max() > 0:
+                cands = {p for p in range(P) if in_edges[p] == in_edges.max()}
+            c = least(cands, key, tie(rsalt, v))
             A[v].add(c)
             root[v] = c
             roots[c] += 1
@@ -127,19 +131,24 @@ def random_csr(n, m, rng, isolated=3):
 @pytest.mark.parametrize("method,order", [(m, "store") for m in METHODS]
                          + [("libra", "shuffle"), ("hdrf", "shuffle")])
 @pytest.mark.parametrize("parts,seed", [(1, 0), (2, 1), (3, 5), (8, 2), (70, 3)])
-def test_native_matches_reference(method, order, parts, seed):
+@pytest.mark.parametrize("root_rule", ["balance", "in-edges"])
+def test_native_matches_reference(method, order, parts, seed, root_rule):
     rng = np.random.default_rng(seed)
     n = 120 if parts == 70 else 40
     indptr, indices = random_csr(n, 6 * n, rng)
     train = rng.random(n) < 0.5
-    got = compute_assignment(indptr, indices, parts, method, seed, train, threads=2, order=order)
-    edge_part, A, root = reference(indptr, indices, parts, method, seed, train, order=order)
+    got = compute_assignment(indptr, indices, parts, method, seed, train, threads=2, order=order,
+                             root_rule=root_rule)
+    edge_part, A, root = reference(indptr, indices, parts, method, seed, train, order=order,
+                                   root_rule=root_rule)
     assert np.array_equal(got.edge_part, edge_part)
     assert np.array_equal(got.root, root)
     for k in range(parts):
         assert members(got.replicas, k).tolist() == [v for v in range(n) if k in A[v]]
     assert got.edges.tolist() == np.bincount(edge_part, minlength=parts).tolist()
     assert got.vertices.sum() == sum(len(a) for a in A)
+    dst = np.repeat(np.arange(n), np.diff(indptr))
+    assert got.root_local_edges == int(np.sum(edge_part == root[dst]))
 
 
 def test_permutation_is_native():

@@ -76,6 +76,7 @@ def test_dry_run_of_default_config_lists_the_jobs():
     assert "distgnn launch partitions/synth-reddit-x0.01/libra-4 --algo cd-5" in proc.stdout
     assert "--executor local" in proc.stdout
     assert "--no-input-cache" not in proc.stdout
+    assert "--roots balance" in proc.stdout
 
 
 def test_twin_options_reach_fetch_and_the_store_name(tmp_path):
@@ -96,7 +97,15 @@ def test_input_cache_false_reaches_the_train_command(tmp_path):
     assert "--algo cd-0" in proc.stdout and "--no-input-cache" in proc.stdout
 
 
+def test_root_rule_reaches_the_assign_command(tmp_path):
+    wd = workdir(tmp_path, tiny(partition={"roots": "in-edges"}, train={"algos": ["cd-0"]}))
+    proc = snakemake("-n", "-p", cwd=wd)
+    assert proc.returncode == 0, proc.stderr
+    assert "--roots in-edges" in proc.stdout and "--roots balance" not in proc.stdout
+
+
 @pytest.mark.parametrize("section,key,value", [("train", "epochs", "three"),
+                                                ("partition", "roots", "most"),
                                                 ("partition", "bogus", 1),
                                                 ("train", "algos", ["cd-zero"]),
                                                 ("train", "precision", "fp16"),

@@ -2,9 +2,9 @@
 
 Three forms share one parser (the first positional picks the form):
 
-* ``distgnn partition GRAPH.zarr --parts P [--method M] [--seed N] [--out DIR] [--threads T]``:
+* ``distgnn partition GRAPH.zarr --parts P [--method M] [--seed N] [--roots R] [--out DIR] [--threads T]``:
   assign, then build every part;
-* ``distgnn partition assign GRAPH.zarr --parts P [--method M] [--seed N] [--out DIR]``;
+* ``distgnn partition assign GRAPH.zarr --parts P [--method M] [--seed N] [--roots R] [--out DIR]``;
 * ``distgnn partition build DIR --part K [--threads T]``.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import argparse
 import time
 
 from distgnn.errors import DistgnnError
-from distgnn.partition.layout import METHODS, ORDERS
+from distgnn.partition.layout import METHODS, ORDERS, ROOT_RULES
 from distgnn.progress import set_quiet
 
 STAGES = ("assign", "build")
@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--order", choices=ORDERS,
                    help="edge stream of libra/hdrf: the store's CSR order or a seeded shuffle "
                         "(default: store for libra, shuffle for hdrf)")
+    p.add_argument("--roots", choices=ROOT_RULES, default="balance",
+                   help="root of a split vertex: any replica, balancing roots per part (balance); "
+                        "or a replica holding the most of its in-edges, then balancing (in-edges: "
+                        "fresher cd-r and 0c aggregates; default: balance)")
     p.add_argument("--out", help="partition folder (default: partitions/<store>/<method>-<P>)")
     p.add_argument("--part", type=int, help="build: the partition K to build")
     p.add_argument("--threads", type=int, default=0, help="native threads (default: all)")
@@ -47,7 +51,7 @@ def _print_assignment(out, attrs) -> None:
     from distgnn.partition.quality import format_quality, part_table
 
     print(f"{out}/assignment.zarr: {attrs['method']} P={attrs['P']} seed={attrs['seed']} "
-          f"order={attrs['order']} "
+          f"order={attrs['order']} roots={attrs['root_rule']} "
           f"({attrs['assign_seconds']:.2f} s assign)")
     print(format_quality(attrs))
     print(part_table(attrs))
@@ -75,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from distgnn.partition.assign import assign_graph
 
     out, attrs = assign_graph(path, args.parts, args.method, args.seed, args.out, args.threads,
-                              overwrite=args.force, order=args.order)
+                              overwrite=args.force, order=args.order, root_rule=args.roots)
     _print_assignment(out, attrs)
     if stage is None:
         from distgnn.partition.build import build_all

@@ -9,8 +9,10 @@ writes ``<DIR>/assignment.zarr``; :func:`~distgnn.partition.build.build_part` wr
     ``edge_part`` uint8 [E] (uint16 when P > 255): partition of edge e, where e indexes the graph
     store's ``indices`` (store order, the order the stream methods see); ``replicas`` uint64
     [N, ceil(P/64)]: bit p set when vertex v has a replica on p; ``root`` int32 [N]: the partition
-    holding v's root. Attrs: P, method, seed, order, graph (path), store, graph_checksum, num_nodes,
-    num_edges, quality figures (see :mod:`distgnn.partition.quality`) and per-part counts.
+    holding v's root. Attrs: P, method, seed, order, root_rule (``balance`` or ``in-edges``, see
+    :func:`~distgnn.partition.assign.compute_assignment`), graph (path), store, graph_checksum,
+    num_nodes, num_edges, quality figures (see :mod:`distgnn.partition.quality`) and per-part
+    counts.
 
 ``part_<k>.zarr`` (ids local unless named global; local ids follow global ids in ascending order)
     ``local_to_global`` int64 [n_k]; ``indptr`` int64 [n_k+1] / ``indices`` int32 [m_k]: local CSR

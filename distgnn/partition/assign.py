@@ -28,6 +28,7 @@ class Assignment:
         replicas: uint64 [N, ceil(P/64)] replica bitsets (isolated vertices included).
         root: int32 [N], partition of each vertex's root.
         edges, vertices, roots, train_roots: int64 [P] per-part counts.
+        root_local_edges: edges held by the partition of their destination's root.
     """
 
     edge_part: np.ndarray
@@ -37,6 +38,7 @@ class Assignment:
     vertices: np.ndarray
     roots: np.ndarray
     train_roots: np.ndarray
+    root_local_edges: int
 
 
 def check_request(num_nodes: int, parts: int, method: str) -> None:
@@ -56,15 +58,20 @@ def check_request(num_nodes: int, parts: int, method: str) -> None:
 def compute_assignment(indptr: np.ndarray, indices: np.ndarray, parts: int, method: str,
                        seed: int = 0, train_mask: np.ndarray | None = None,
                        threads: int = 0, hdrf_lambda: float = layout.HDRF_LAMBDA,
-                       order: str | None = None) -> Assignment:
+                       order: str | None = None, root_rule: str = "balance") -> Assignment:
     """Assign the edges of a CSR by destination (indptr int64 [N+1], indices int32/int64 [E]).
 
     ``order`` is the edge stream of libra and hdrf (``store`` or ``shuffle``; default
     :func:`layout.default_order`); ``shuffle`` costs 4 + 4 bytes per edge more memory.
+    ``root_rule`` (:data:`layout.ROOT_RULES`): ``balance`` may put a root on any replica;
+    ``in-edges`` only on a replica holding the most of the vertex's in-edges (8 bytes per vertex
+    more memory), so the root's own partial is the largest share of its aggregate.
     """
     order = order or layout.default_order(method)
     if order not in layout.ORDERS:
         raise DistgnnError(f"--order: expected one of {', '.join(layout.ORDERS)}, got '{order}'")
+    if root_rule not in layout.ROOT_RULES:
+        raise DistgnnError(f"--roots: expected one of {', '.join(layout.ROOT_RULES)}, got '{root_rule}'")
     n = len(indptr) - 1
     check_request(n, parts, method)
     indptr = np.ascontiguousarray(indptr, dtype=np.int64)
@@ -85,16 +92,36 @@ def compute_assignment(indptr: np.ndarray, indices: np.ndarray, parts: int, meth
     root = np.empty(n, dtype=np.int32)
     roots = np.zeros(parts, dtype=np.int64)
     train_roots = np.zeros(parts, dtype=np.int64)
-    _native.partition_roots(bits, parts, train, seed & (2**64 - 1), root, roots, train_roots)
+    prefer = np.zeros(n * layout.words(parts) if root_rule == "in-edges" else 0, dtype=np.uint64)
+    if root_rule == "in-edges":
+        _native.partition_most_in_edges(indptr, edge_part, parts, prefer, int(threads))
+    _native.partition_roots(bits, parts, train, seed & (2**64 - 1), root, roots, train_roots, prefer)
+    del prefer
     replicas = bits.reshape(n, layout.words(parts))
     vertices = np.array([len(layout.members(replicas, k)) for k in range(parts)], dtype=np.int64)
-    return Assignment(edge_part, replicas, root, edges, vertices, roots, train_roots)
+    return Assignment(edge_part, replicas, root, edges, vertices, roots, train_roots,
+                      root_local_edges(indptr, edge_part, root))
+
+
+def root_local_edges(indptr: np.ndarray, edge_part: np.ndarray, root: np.ndarray,
+                     rows_per_chunk: int = 1 << 20) -> int:
+    """Number of edges (u, v) on the partition of v's root: the part of the aggregates that roots
+    compute themselves (the rest reaches them from leaves). Rows in chunks: bounded memory."""
+    total = 0
+    for start in range(0, len(indptr) - 1, rows_per_chunk):
+        stop = min(start + rows_per_chunk, len(indptr) - 1)
+        counts = np.diff(indptr[start:stop + 1])
+        parts = edge_part[indptr[start]:indptr[stop]]
+        total += int(np.count_nonzero(parts == np.repeat(root[start:stop], counts)))
+    return total
 
 
 def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", seed: int = 0,
                  out: str | os.PathLike | None = None, threads: int = 0,
-                 overwrite: bool = False, order: str | None = None) -> tuple[Path, dict[str, Any]]:
+                 overwrite: bool = False, order: str | None = None,
+                 root_rule: str = "balance") -> tuple[Path, dict[str, Any]]:
     """Assign ``graph`` (a graph.zarr) into ``parts`` partitions; write ``<out>/assignment.zarr``.
+    ``root_rule``: see :func:`compute_assignment`.
 
     Returns (the partition folder, the assignment's attrs).
     """
@@ -112,7 +139,8 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
     read_s = time.perf_counter() - start
     start = time.perf_counter()
     order = order or layout.default_order(method)
-    result = compute_assignment(indptr, indices, parts, method, seed, train, threads, order=order)
+    result = compute_assignment(indptr, indices, parts, method, seed, train, threads, order=order,
+                                root_rule=root_rule)
     assign_s = time.perf_counter() - start
     del indptr, indices
     n = store.num_nodes
@@ -126,13 +154,15 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
             "format_version": layout.FORMAT_VERSION,
             "P": parts, "method": method, "seed": seed, "order": order if method in layout.STREAMED else "none",
             "hdrf_lambda": layout.HDRF_LAMBDA if method == "hdrf" else None,
+            "root_rule": root_rule,
             "graph": str(graph.resolve()), "store": store.attrs.get("store", graph.parent.name),
             "graph_checksum": store.attrs["checksum"],
             "num_nodes": n, "num_edges": store.num_edges,
             "num_train": int(train.sum()),
             "part_edges": result.edges.tolist(), "part_vertices": result.vertices.tolist(),
             "part_roots": result.roots.tolist(), "part_train_roots": result.train_roots.tolist(),
-            **quality(n, result.edges, result.vertices, result.roots, result.train_roots),
+            **quality(n, result.edges, result.vertices, result.roots, result.train_roots,
+                      result.root_local_edges),
         }
         attrs["checksum"] = combine_digests(digests)
         target.commit(attrs)

@@ -10,6 +10,9 @@ METHODS = ("libra", "hdrf", "random", "hash")
 STREAMED = ("libra", "hdrf")
 #: edge orders: the store's CSR order, or a seeded uniform permutation of the edges
 ORDERS = ("store", "shuffle")
+#: root rules: any replica, balancing roots (and training roots) per part; or, among the replicas
+#: holding the most of the vertex's in-edges, the one that balances best
+ROOT_RULES = ("balance", "in-edges")
 ASSIGNMENT = "assignment.zarr"
 MASKS = ("train_mask", "val_mask", "test_mask")
 FORMAT_VERSION = 1

@@ -75,8 +75,24 @@ void permutation(Vec<uint32_t> perm, uint64_t seed) {
   dp::seeded_permutation(perm.data(), static_cast<int64_t>(perm.shape(0)), seed);
 }
 
+template <typename Part>
+void most_in_edges(Vec<const int64_t> indptr, Vec<const Part> edge_part, int P, Vec<uint64_t> prefer,
+                   int threads) {
+  const int64_t n = static_cast<int64_t>(indptr.shape(0)) - 1;
+  if (n < 0) throw std::invalid_argument("indptr must have N + 1 >= 1 entries");
+  if (P < 1) throw std::invalid_argument("P must be >= 1");
+  const int64_t words = (P + 63) / 64;
+  if (static_cast<int64_t>(prefer.shape(0)) != n * words)
+    throw std::invalid_argument("prefer must have N * ceil(P / 64) words");
+  if (static_cast<int64_t>(edge_part.shape(0)) != indptr.data()[n])
+    throw std::invalid_argument("edge_part must have one entry per edge");
+  nb::gil_scoped_release release;
+  dp::most_in_edges(indptr.data(), edge_part.data(), n, P, words, prefer.data(), threads);
+}
+
 void roots(Vec<uint64_t> bits, int P, nb::ndarray<const bool, nb::ndim<1>, nb::c_contig, nb::device::cpu> train,
-           uint64_t seed, Vec<int32_t> root, Vec<int64_t> roots, Vec<int64_t> train_roots) {
+           uint64_t seed, Vec<int32_t> root, Vec<int64_t> roots, Vec<int64_t> train_roots,
+           Vec<const uint64_t> prefer) {
   const int64_t n = static_cast<int64_t>(root.shape(0));
   const int64_t words = (P + 63) / 64;
   if (static_cast<int64_t>(bits.shape(0)) != n * words)
@@ -84,9 +100,12 @@ void roots(Vec<uint64_t> bits, int P, nb::ndarray<const bool, nb::ndim<1>, nb::c
   if (static_cast<int64_t>(train.shape(0)) != n) throw std::invalid_argument("train must have N entries");
   if (static_cast<int64_t>(roots.shape(0)) != P || static_cast<int64_t>(train_roots.shape(0)) != P)
     throw std::invalid_argument("roots and train_roots must have P entries");
+  const bool preferring = prefer.shape(0) != 0;
+  if (preferring && static_cast<int64_t>(prefer.shape(0)) != n * words)
+    throw std::invalid_argument("prefer must be empty or have N * ceil(P / 64) words");
   nb::gil_scoped_release release;
   dp::choose_roots(bits.data(), words, n, P, train.data(), seed, root.data(), roots.data(),
-                   train_roots.data());
+                   train_roots.data(), preferring ? prefer.data() : nullptr);
 }
 
 template <typename Part>
@@ -124,9 +143,14 @@ void register_partition(nb::module_& m) {
   m.def("partition_assign", &assign<int64_t, uint16_t>);
   m.def("partition_permutation", &permutation,
         "partition_permutation(perm, seed): the seeded edge order `shuffle` uses (uint32).");
+  m.def("partition_most_in_edges", &most_in_edges<uint8_t>,
+        "partition_most_in_edges(indptr, edge_part, P, prefer, threads): prefer [N * ceil(P/64)] "
+        "(zeroed by the caller) = bitsets of the partitions holding the most in-edges of each vertex.");
+  m.def("partition_most_in_edges", &most_in_edges<uint16_t>);
   m.def("partition_roots", &roots,
-        "partition_roots(bits, P, train, seed, root, roots, train_roots): choose each vertex's "
-        "root partition (isolated vertices are placed on one); fills root [N] int32.");
+        "partition_roots(bits, P, train, seed, root, roots, train_roots, prefer): choose each "
+        "vertex's root partition (isolated vertices are placed on one) among its replicas, or among "
+        "prefer's bits for the vertex when prefer is not empty and they are not; fills root [N] int32.");
   m.def("partition_row_counts", &row_counts<uint8_t>,
         "partition_row_counts(indptr, edge_part, k, l2g, counts, threads): in-edges on part k "
         "of each local vertex.");

@@ -13,11 +13,12 @@ rule assign:
     params:
         out=part_dir,
         seed=config["partition"].get("seed", 0),
+        roots=config["partition"].get("roots", "balance"),
     resources:
         runtime=60,
     shell:
         "distgnn partition assign {input} --parts {wildcards.P} --method {wildcards.method}"
-        " --seed {params.seed} --out {params.out} > {log} 2>&1"
+        " --seed {params.seed} --roots {params.roots} --out {params.out} > {log} 2>&1"
 
 
 rule build:

@@ -249,14 +249,38 @@ void assign_hashed(const int64_t* indptr, const Index* indices, int64_t n, int P
   }
 }
 
+// Root rule `in-edges`: prefer[v] (a bitset, `words` per vertex, zeroed by the caller) gets the
+// partitions that hold the most of v's in-edges (several on a tie; none when v has no in-edges).
+// O(E) in all, a count array of P per thread, parallel over rows.
+template <typename Part>
+void most_in_edges(const int64_t* indptr, const Part* edge_part, int64_t n, int P, int64_t words,
+                   uint64_t* prefer, int threads) {
+  threads = resolve_threads(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<int64_t> count(static_cast<size_t>(P), 0);
+#pragma omp for schedule(dynamic, 4096)
+    for (int64_t v = 0; v < n; ++v) {
+      int64_t most = 0;
+      for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) most = std::max(most, ++count[edge_part[e]]);
+      uint64_t* out = prefer + v * words;
+      for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e)
+        if (count[edge_part[e]] == most) set_bit(out, static_cast<int>(edge_part[e]));
+      for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) count[edge_part[e]] = 0;
+    }
+  }
+}
+
 // Roots: a vertex on one partition has its root there. A vertex on several partitions (split) or
 // on none (isolated: it is then placed on the chosen partition, so it lives on exactly one) gets
 // its root greedily in id order: training vertices first, on the candidate with the fewest
 // training roots (then fewest roots); then the others on the candidate with the fewest roots.
-// Ties by tie_random(seed ^ ROOT_SALT, v). train may be null. root[N] int32 out; roots[P],
-// train_roots[P] out (zeroed by the caller).
+// The candidates are v's replicas, or prefer[v] when prefer is given and prefer[v] is not empty
+// (see most_in_edges). Ties by tie_random(seed ^ ROOT_SALT, v). train and prefer may be null.
+// root[N] int32 out; roots[P], train_roots[P] out (zeroed by the caller).
 inline void choose_roots(uint64_t* bits, int64_t words, int64_t n, int P, const bool* train,
-                         uint64_t seed, int32_t* root, int64_t* roots, int64_t* train_roots) {
+                         uint64_t seed, int32_t* root, int64_t* roots, int64_t* train_roots,
+                         const uint64_t* prefer = nullptr) {
   const uint64_t salt = splitmix64(seed ^ 0x726F6F7473ULL);  // "roots"
   std::vector<uint64_t> all(static_cast<size_t>(words), 0);
   for (int p = 0; p < P; ++p) set_bit(all.data(), p);
@@ -287,7 +311,11 @@ inline void choose_roots(uint64_t* bits, int64_t words, int64_t n, int P, const 
       // one key: training roots dominate, then roots (both < 2^31 in practice)
       for (int p = 0; p < P; ++p) key[p] = is_train ? (train_roots[p] << 31) + roots[p] : roots[p];
       const uint64_t r = tie_random(salt, static_cast<uint64_t>(v));
-      const int c = least_loaded(isolated ? all.data() : s, words, key.data(), r);
+      const uint64_t* preferred = prefer ? prefer + v * words : nullptr;
+      const uint64_t* cand = isolated                                    ? all.data()
+                             : preferred && any_bit(preferred, words) ? preferred
+                                                                        : s;
+      const int c = least_loaded(cand, words, key.data(), r);
       if (isolated) set_bit(s, c);
       root[v] = c;
       roots[c] += 1;
