@@ -14,7 +14,7 @@ def describe_partition(folder: str | Path) -> str:
     folder = Path(folder)
     _, attrs = open_assignment(folder)
     lines = [f"{folder}: {attrs['method']} vertex cut of {attrs['store']} into P={attrs['P']} "
-             f"(seed {attrs['seed']}, edge order: {attrs['order']})",
+             f"(seed {attrs['seed']}, edge order: {attrs['order']}, roots: {attrs.get('root_rule', 'balance')})",
              f"graph {attrs['graph']} ({attrs['num_nodes']:,} vertices, {attrs['num_edges']:,} edges)",
              format_quality(attrs),
              f"{'part':>5} {'edges':>14} {'vertices':>12} {'roots':>12} {'train roots':>12} "
