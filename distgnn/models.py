@@ -40,11 +40,11 @@ DropoutFn = Callable[[int, torch.Tensor], torch.Tensor]
 AGGREGATORS = ("mean", "gcn")
 
 
-
 def linear_first(in_dim: int, out_dim: int) -> bool:
     """Whether a layer mapping ``in_dim`` to ``out_dim`` columns applies its neighbour linear map
     before aggregating (it narrows the width); otherwise it aggregates its input as it comes."""
     return in_dim > out_dim
+
 
 class SAGELayer(nn.Module):
     """One GraphSAGE layer (see the module docstring for the math and parameter names)."""

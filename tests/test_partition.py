@@ -172,17 +172,15 @@ def test_roots_on_most_in_edges(stores, tmp_path, method):
     roots hold a larger share of the edges than under `balance`; the parts pass every invariant and
     `verify`, and random parts keep their roots balanced."""
     graph = stores["powerlaw"]
-    groups = partition(graph, tmp_path / "in", 4, method, root_rule="in-edges")
+    groups = partition(graph, tmp_path / "in-edges", 4, method, root_rule="in-edges")
     check_invariants(graph, groups)
-    verify_partition(tmp_path / "in")
+    verify_partition(tmp_path / "in-edges")
+    assign_graph(graph, 4, method, 0, tmp_path / "balance")
+    indptr, _ = GraphStore.open(graph).csr()
     shares = {}
     for rule in ("in-edges", "balance"):
-        if rule == "balance":
-            assign_graph(graph, 4, method, 0, tmp_path / "bal")
-        group = zarr.open_group(str(tmp_path / ("in" if rule == "in-edges" else "bal") / "assignment.zarr"),
-                                mode="r")
+        group = zarr.open_group(str(tmp_path / rule / "assignment.zarr"), mode="r")
         edge_part, root, attrs = group["edge_part"][:], group["root"][:], dict(group.attrs)
-        indptr, _ = GraphStore.open(graph).csr()
         dst = np.repeat(np.arange(len(root)), np.diff(indptr))
         assert attrs["root_rule"] == rule
         assert attrs["root_edge_share"] == pytest.approx(np.mean(edge_part == root[dst]))

@@ -48,8 +48,8 @@ class ModelShape:
 
         algorithm, widths = parse_algorithm(algo), self.widths(graph)
         in_dim, out_dim, _ = widths[0]
-        cached = self.input_cache and (algorithm.trains_with_input_cache(parts) or (
-            algorithm.keeps_own_input_aggregate(parts, in_dim, out_dim)))
+        cached = self.input_cache and (algorithm.trains_with_input_cache(parts)
+                                       or algorithm.keeps_own_input_aggregate(parts, in_dim, out_dim))
         return [w for _, _, w in widths[1 if cached else 0:]]
 
     def agg_units(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1) -> int:
