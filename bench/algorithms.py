@@ -3,6 +3,9 @@
     python -m bench.algorithms [--dataset synth-reddit] [--scale 0.01] [--parts 4] [--epochs 100]
                                [--seeds 0 1 2] [--algos cd-0 cd-5 cd-5-orig 0c]
 
+An entry of ``--algos`` is ``ALGO[@APPLY][+dg]``: the algorithm, optionally its ``--apply`` mode
+(default: auto) and ``+dg`` for ``--delayed-gradients`` (e.g. ``cd-5@replicas``, ``cd-5+dg``).
+
 Fetches the twin, partitions it with Libra into P parts, trains every algorithm for every seed
 (mpiexec -n P, threads per rank = cores / P) and prints one markdown table: mean test accuracy at
 the best validation epoch (± std over seeds), steady-state epoch time with its split, and bytes per
@@ -74,11 +77,13 @@ def main() -> int:
     threads = max(1, (os.cpu_count() or 1) // args.parts)
     results: dict[str, list[dict]] = {}
     for algo in args.algos:
+        name, _, apply = algo.removesuffix("+dg").partition("@")
+        variant = ["--apply", apply or "auto"] + (["--delayed-gradients"] if algo.endswith("+dg") else [])
         for seed in args.seeds:
-            run = work / "runs" / f"{algo}-seed{seed}"
+            run = work / "runs" / f"{algo.replace('@', '-').replace('+', '-')}-seed{seed}"
             if not (run / "summary.json").exists():
                 sh("mpiexec", "--oversubscribe", "-n", str(args.parts), python, "-m", "distgnn", "train",
-                   partdir, "--algo", algo, "--epochs", str(args.epochs), "--seed", str(seed),
+                   partdir, "--algo", name, *variant, "--epochs", str(args.epochs), "--seed", str(seed),
                    "--hidden", str(args.hidden), "--layers", str(args.layers), "--lr", str(args.lr),
                    "--aggregator", args.aggregator,
                    "--dropout", str(args.dropout), "--weight-decay", str(args.weight_decay), "--threads", str(threads), "--eval-every", "1",
@@ -105,13 +110,13 @@ def main() -> int:
           f"{args.epochs} epochs, seeds {args.seeds}, {threads} thread(s) per rank")
     print(f"machine: {platform.node()}, {os.cpu_count()} cores; {datetime.date.today()}")
     print()
-    print(f"| algo | test {metric} at best val (%) | epoch s (median, steady) | aggregate s | exchange wait s | dense s | allreduce s | fwd MB/epoch | bwd MB/epoch | grad MB/epoch |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| algo | apply | test {metric} at best val (%) | epoch s (median, steady) | aggregate s | exchange wait s | dense s | allreduce s | fwd MB/epoch | bwd MB/epoch | grad MB/epoch |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for algo in args.algos:
         acc, acc_std = stat(algo, "test_at_best_val")
         split = {k: float(np.median([s["split"][k] for s in results[algo]])) for k in results[algo][0]["split"]}
         mb = {k: stat(algo, k)[0] / 1e6 for k in ("bytes_forward", "bytes_backward", "bytes_gradients")}
-        print(f"| {algo} | {100 * acc:.2f} ± {100 * acc_std:.2f} | {split['epoch_time_s']:.4f} | "
+        print(f"| {algo} | {results[algo][0]['apply']} | {100 * acc:.2f} ± {100 * acc_std:.2f} | {split['epoch_time_s']:.4f} | "
               f"{split['time_aggregate_s']:.4f} | {split['time_exchange_wait_s']:.4f} | {split['time_dense_s']:.4f} | "
               f"{split['time_allreduce_s']:.4f} | {mb['bytes_forward']:.2f} | {mb['bytes_backward']:.2f} | "
               f"{mb['bytes_gradients']:.3f} |")

@@ -4,7 +4,10 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Callable, Dict, List
 
 import torch
@@ -62,3 +65,27 @@ def markdown_table(header: List[str], rows: List[List[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+#: environment of the MPI runs of the benches: Open MPI as root, one OpenMP thread per rank
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OUTDATED_IGNORE": "1",
+           "OMP_NUM_THREADS": "1"}
+
+
+def run_logged(*args, log: Path) -> None:
+    """Run a command with :data:`MPI_ENV`, its output to ``log``; exit with the log's tail when
+    it fails."""
+    with open(log, "w") as out:
+        proc = subprocess.run([str(a) for a in args], stdout=out, stderr=subprocess.STDOUT,
+                              env={**os.environ, **MPI_ENV})
+    if proc.returncode != 0:
+        sys.exit(f"failed: {' '.join(map(str, args))}\n{Path(log).read_text()[-3000:]}")
+
+
+def work_folder(path: str | None, prefix: str) -> Path:
+    """The bench's work folder: ``path`` (made if missing), or a new temporary one."""
+    import tempfile
+
+    folder = Path(path or tempfile.mkdtemp(prefix=prefix))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder

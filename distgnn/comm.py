@@ -3,7 +3,9 @@
 Thin typed wrappers over one communicator. Row blocks are exchanged by a stored plan: a send list
 of local row ids grouped by destination rank (offsets [P+1]) and a receive list grouped by source
 rank. Every wrapper counts the bytes this rank sends, under a kind (``forward``, ``backward``,
-``gradients``, ``eval``), so the trainer can report traffic without touching MPI.
+``gradients``, ``eval``, ``setup``) and, for training rows, also under their direction
+(``reduce``: leaf replicas to roots; ``broadcast``: roots to leaf replicas), so the trainer can
+report traffic without touching MPI.
 """
 from __future__ import annotations
 
@@ -44,6 +46,14 @@ class RowPlan:
     def counts(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    def subset(self, keep: torch.Tensor) -> "RowPlan":
+        """The rows where ``keep`` (bool [R], one per row) holds, each group keeping its order."""
+        group = np.repeat(np.arange(len(self.offsets) - 1), self.counts)
+        counts = np.bincount(group[keep.numpy()], minlength=len(self.offsets) - 1)
+        offsets = np.zeros(len(self.offsets), dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        return RowPlan(self.ids[keep], offsets)
+
 
 class PendingExchange:
     """A posted non-blocking row exchange; :meth:`wait` returns the received rows [R, F]."""
@@ -82,14 +92,16 @@ class Communicator:
         recv_displ = recv.offsets[:-1] * width
         return send_counts, send_displ, recv_counts, recv_displ
 
-    def exchange_rows(self, rows: torch.Tensor, send: RowPlan, recv: RowPlan, kind: str) -> torch.Tensor:
+    def exchange_rows(self, rows: torch.Tensor, send: RowPlan, recv: RowPlan, kind: str,
+                      direction: str | None = None) -> torch.Tensor:
         """Alltoallv: rank i sends ``rows`` (already ordered as ``send``, [S, F]) so that rank j
-        gets block j; returns the rows received, ordered as ``recv`` ([R, F])."""
-        pending = self.exchange_rows_async(rows, send, recv, kind)
+        gets block j; returns the rows received, ordered as ``recv`` ([R, F]). The bytes sent are
+        counted under ``kind`` and, when given, ``direction``."""
+        pending = self.exchange_rows_async(rows, send, recv, kind, direction)
         return pending.wait()
 
     def exchange_rows_async(self, rows: torch.Tensor, send: RowPlan, recv: RowPlan,
-                            kind: str) -> PendingExchange:
+                            kind: str, direction: str | None = None) -> PendingExchange:
         """Non-blocking :meth:`exchange_rows` (Ialltoallv); wait on the returned object."""
         rows = rows.detach().contiguous()
         width = rows.shape[1] if rows.dim() == 2 else 1
@@ -99,7 +111,10 @@ class Communicator:
         send_buf = rows.numpy()
         request = self.comm.Ialltoallv([send_buf, (sc, sd), mpi_type],
                                        [recv_rows.numpy(), (rc, rd), mpi_type])
-        self.bytes_sent[kind] += int(rows.numel() * rows.element_size())
+        sent = int(rows.numel() * rows.element_size())
+        self.bytes_sent[kind] += sent
+        if direction is not None:
+            self.bytes_sent[direction] += sent
         return PendingExchange(request, recv_rows, send_buf)
 
     def allreduce_sum_(self, tensor: torch.Tensor, kind: str = "gradients") -> torch.Tensor:

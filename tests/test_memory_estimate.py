@@ -10,7 +10,7 @@ from distgnn.train.memory_estimate import (PartShape, estimate_rank_memory, esti
 
 def shape(n=10_000, m=1_000_000, parts=2, leaves=2_000, split=4_000) -> PartShape:
     return PartShape(n=n, m=m, feat_dim=602, num_classes=41, multilabel=False, num_parts=parts,
-                     num_leaves=leaves, num_split=split)
+                     num_leaves=leaves, num_split=split, num_roots=n - leaves)
 
 
 def test_widths_and_parameters_match_the_model():
@@ -24,7 +24,7 @@ def test_widths_and_parameters_match_the_model():
 
 def test_components_scale_with_the_part():
     small = estimate_shape(shape(), 3, 256, "cd-0")
-    big = estimate_shape(shape(n=20_000, m=2_000_000), 3, 256, "cd-0")
+    big = estimate_shape(shape(n=20_000, m=2_000_000, leaves=4_000, split=8_000), 3, 256, "cd-0")
     assert big.features == pytest.approx(2 * small.features, rel=1e-3)
     assert big.activations == pytest.approx(2 * small.activations, rel=1e-3)
     assert big.total > small.total > small.baseline
@@ -60,3 +60,19 @@ def test_reads_partition_attrs(tmp_path):
     bad.attrs.update({"n_k": 100})
     with pytest.raises(DistgnnError, match="m_k"):
         estimate_rank_memory(tmp_path / "bad", 0, 2, 64, "cd-0")
+
+
+def test_apply_at_root_keeps_dense_rows_for_roots_only():
+    """Under root the input cache and the saved activations count the roots' rows (n - leaves);
+    the features, the source table and the partials still count all n; one part: no difference."""
+    replicas = estimate_shape(shape(), 3, 256, "cd-0", apply="replicas")
+    root = estimate_shape(shape(), 3, 256, "cd-0", apply="root")
+    leaves, f32 = 2_000, 4
+    assert replicas.features - root.features == leaves * 602 * f32   # the input cache's leaf rows
+    assert 0 < replicas.activations - root.activations < replicas.activations
+    assert root.graph == replicas.graph and root.optimizer == replicas.optimizer
+    assert estimate_shape(shape(), 3, 256, "cd-0").total == root.total      # auto is root for cd-0
+    assert estimate_shape(shape(), 3, 256, "0c").total == estimate_shape(shape(), 3, 256, "0c", apply="replicas").total
+    one = shape(parts=1, leaves=0, split=0)
+    assert estimate_shape(one, 3, 256, "cd-0", apply="root").total == \
+        estimate_shape(one, 3, 256, "cd-0", apply="replicas").total

@@ -74,6 +74,11 @@ def check_invariants(graph: Path, groups: list[zarr.Group]) -> None:
             assert not np.any(mask & ~is_root), f"{m} true at a leaf"
             assert np.array_equal(mask, store[m][:][l2g] & is_root)
         assert part["attrs"]["n_k"] == len(l2g) and part["attrs"]["m_k"] == len(p_indices)
+        # layout version 2: the roots first, then the leaves, each block ascending by global id
+        n_roots = part["attrs"]["n_roots"]
+        assert part["attrs"]["layout_version"] == 2
+        assert is_root[:n_roots].all() and not is_root[n_roots:].any()
+        assert np.all(np.diff(l2g[:n_roots]) > 0) and np.all(np.diff(l2g[n_roots:]) > 0)
         assert part["attrs"]["k"] == k and part["attrs"]["P"] == P
     assert np.array_equal(np.sort(np.concatenate(got)), expect), "edges differ from the graph's"
     assert np.all(covered >= 1), "a vertex is on no partition"

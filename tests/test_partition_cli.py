@@ -59,6 +59,7 @@ def test_default_out_and_attrs(graph, tmp_path, monkeypatch, capsys):
 def test_inspect_and_verify(built, capsys):
     code, text, _ = run(["inspect", str(built)], capsys)
     assert code == 0 and "replication factor" in text and "train roots" in text
+    assert "partials out" in text and "rows in" in text
     assert len([line for line in text.splitlines() if line.strip().endswith("yes")]) == 3
     code, text, _ = run(["verify", str(built), "--quiet"], capsys)
     assert code == 0 and "OK" in text

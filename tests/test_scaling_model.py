@@ -73,7 +73,9 @@ def test_predictions_monotone_where_they_must_be():
     # every layer aggregating every epoch (with the input cache cd-0 skips layer 0's work and
     # exchange, so it may beat cd-5 and 0c: see test_input_cache_...)
     every_epoch = ModelShape(MODEL.layers, MODEL.hidden, input_cache=False)
-    rows = speedup_table(GRAPH, every_epoch, _costs(), law, net, ["cd-0", "cd-5", "0c"], parts)
+    # all on the replicas (the same dense work), so only the communication differs
+    rows = speedup_table(GRAPH, every_epoch, _costs(), law, net, ["cd-0", "cd-5", "0c"], parts,
+                         apply="replicas")
     by = {(r["algo"], r["P"]): r for r in rows}
     for p in parts[1:]:
         # less communication, never slower: 0c <= cd-5 <= cd-0
@@ -85,8 +87,10 @@ def test_predictions_monotone_where_they_must_be():
     # a slower network never speeds cd-0 up; a faster compute never slows it down
     slow = NetworkModel(latency=1e-4, bandwidth=1e8)
     for p in parts[1:]:
-        assert predict_epoch(p, "cd-0", GRAPH, every_epoch, _costs(), law, slow).total_s >= by["cd-0", p]["epoch_s"]
-        assert predict_epoch(p, "cd-0", GRAPH, every_epoch, _costs().scaled(4), law, net).total_s < by["cd-0", p]["epoch_s"]
+        assert predict_epoch(p, "cd-0", GRAPH, every_epoch, _costs(), law, slow,
+                             apply="replicas").total_s >= by["cd-0", p]["epoch_s"]
+        assert predict_epoch(p, "cd-0", GRAPH, every_epoch, _costs().scaled(4), law, net,
+                             apply="replicas").total_s < by["cd-0", p]["epoch_s"]
     # speedup is sublinear when replication adds work: RF(P) > 1 makes dense work shrink slower than 1/P
     assert all(by["0c", p]["speedup"] < p for p in parts[1:])
 
@@ -166,3 +170,21 @@ def test_settled_layer0_leaves_0c_and_cdr_when_layer0_aggregates_first() -> None
         assert cached.aggregated_widths(graph, algo, 4) == [172], algo
         assert every.aggregated_widths(graph, algo, 4) == [128, 172], algo
     assert cached.aggregated_widths(graph, "cd-5-orig", 4) == [128, 172]
+
+
+def test_apply_at_root_runs_each_vertex_dense_work_once() -> None:
+    """Under root the dense rows are N / P, so its dense time is the replicas' divided by RF(P);
+    aggregation is the same, and root is refused for 0c (DistGNN's scheme)."""
+    law, net = ReplicationLaw(a=0.8, b=0.5), NetworkModel()
+    for p in (2, 16, 128):
+        root = predict_epoch(p, "cd-5", GRAPH, MODEL, _costs(), law, net, apply="root")
+        replicas = predict_epoch(p, "cd-5", GRAPH, MODEL, _costs(), law, net, apply="replicas")
+        assert root.dense_s == pytest.approx(replicas.dense_s / replicas.replication_factor, rel=1e-9)
+        assert root.aggregate_s == pytest.approx(replicas.aggregate_s)
+        assert root.apply == "root" and replicas.apply == "replicas"
+    assert predict_epoch(1, "cd-0", GRAPH, MODEL, _costs(), law, net, apply="root").total_s == \
+        pytest.approx(predict_epoch(1, "cd-0", GRAPH, MODEL, _costs(), law, net, apply="replicas").total_s)
+    with pytest.raises(DistgnnError, match="DistGNN's scheme"):
+        predict_epoch(4, "0c", GRAPH, MODEL, _costs(), law, net, apply="root")
+    rows = speedup_table(GRAPH, MODEL, _costs(), law, net, ["cd-0", "0c"], [1, 4])
+    assert {(r["algo"], r["apply"]) for r in rows} == {("cd-0", "root"), ("0c", "replicas")}

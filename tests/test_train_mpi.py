@@ -21,17 +21,21 @@ def graph(tmp_path_factory) -> Path:
     return fetch("synth-reddit", root=root, scale=0.002, seed=1, threads=1)
 
 
-@pytest.fixture(scope="module")
-def partitions(graph: Path, tmp_path_factory) -> dict[int, Path]:
+def libra_parts(graph: Path, root: Path, counts=(1, 2, 3, 4)) -> dict[int, Path]:
+    """{P: partition folder} of ``graph`` cut by Libra into each P of ``counts``."""
     out = {}
-    root = tmp_path_factory.mktemp("parts")
-    for parts in (1, 2, 3, 4):
+    for parts in counts:
         folder = root / f"libra-{parts}"
         proc = run_cli("partition", graph, "--parts", parts, "--method", "libra", "--out", folder,
                        "--threads", "1", "--quiet")
         assert proc.returncode == 0, proc.stderr
         out[parts] = folder
     return out
+
+
+@pytest.fixture(scope="module")
+def partitions(graph: Path, tmp_path_factory) -> dict[int, Path]:
+    return libra_parts(graph, tmp_path_factory.mktemp("parts"))
 
 
 def train(partdir: Path, parts: int, out: Path, *extra: str, env: dict | None = None,
@@ -85,25 +89,30 @@ def test_cd0_equals_single_process(partitions, tmp_path: Path, aggregator: str) 
 
 
 def test_delayed_traffic_and_0c(partitions, tmp_path: Path) -> None:
-    """Steady-state forward bytes of cd-r are 1/r of cd-0's; cd-r has no backward exchange; 0c
+    """Steady-state forward bytes of cd-r are 1/r of cd-0's under the same apply mode (cd-r and
+    cd-0 at the root by default, cd-r-orig on the replicas); cd-r has no backward exchange; 0c
     exchanges no aggregates (only gradients)."""
     parts, epochs = 3, 14
     bytes_forward = {}
-    for algo in ("cd-0", "cd-2", "cd-3", "cd-3-orig", "0c"):
-        run = tmp_path / algo
+    for algo, apply in (("cd-0", "root"), ("cd-0", "replicas"), ("cd-2", "root"), ("cd-3", "root"),
+                        ("cd-3-orig", "replicas"), ("0c", "replicas")):
+        run = tmp_path / f"{algo}-{apply}"
         # every layer aggregates every epoch (no cached layer-0 aggregate), as in DistGNN
         train(partitions[parts], parts, run, "--algo", algo, "--epochs", str(epochs), "--eval-every", "0",
-              "--no-input-cache")
+              "--no-input-cache", "--apply", apply)
         recs = records(run)
+        assert json.loads((run / "summary.json").read_text())["apply"] == apply
         steady = recs[6:]  # past 2r epochs for r <= 3
-        bytes_forward[algo] = np.mean([r["bytes_forward"] for r in steady])
+        bytes_forward[algo, apply] = np.mean([r["bytes_forward"] for r in steady])
         if algo != "cd-0":
             assert all(r["bytes_backward"] == 0 for r in recs), algo
         assert all(r["bytes_gradients"] > 0 for r in recs)
-    assert bytes_forward["0c"] == 0
-    for algo, r in (("cd-2", 2), ("cd-3", 3), ("cd-3-orig", 3)):
+        assert all(r["bytes_forward"] == r["bytes_broadcast"] + r["bytes_reduce"] - r["bytes_backward"]
+                   for r in recs), algo
+    assert bytes_forward["0c", "replicas"] == 0
+    for algo, r, apply in (("cd-2", 2, "root"), ("cd-3", 3, "root"), ("cd-3-orig", 3, "replicas")):
         # split vertices fall into r bins of slightly different sizes
-        assert bytes_forward[algo] == pytest.approx(bytes_forward["cd-0"] / r, rel=0.25), algo
+        assert bytes_forward[algo, apply] == pytest.approx(bytes_forward["cd-0", apply] / r, rel=0.25), algo
 
 
 def test_input_cache_skips_layer0_exchange_and_keeps_0c_and_cdr_training(partitions, tmp_path: Path) -> None:
@@ -135,27 +144,26 @@ def narrow_input_parts(tmp_path_factory) -> Path:
     aggregates the constant features before its linear map."""
     root = tmp_path_factory.mktemp("narrow")
     store = fetch("synth-proteins", root=root, scale=0.005, mean_degree=8, seed=1, threads=1)
-    folder = root / "libra-3"
-    proc = run_cli("partition", store, "--parts", 3, "--method", "libra", "--out", folder,
-                   "--threads", "1", "--quiet")
-    assert proc.returncode == 0, proc.stderr
-    return folder
+    return libra_parts(store, root, (3,))[3]
 
 
 def test_0c_and_cdr_keep_their_settled_layer0_aggregate(narrow_input_parts, tmp_path: Path) -> None:
-    """With the input cache on, 0c (at once) and cd-2 (from step 3r = 6) keep their own layer-0
-    aggregate of the constant input and train bit for bit as when recomputing it every epoch; cd-2
-    sends no layer-0 rows from step 2r = 4 on (forward bytes: layer 1's 16 columns of 8 + 16).
-    cd-2-orig's layer-0 aggregate alternates, so it is unchanged."""
+    """With the input cache on, 0c (at once) and cd-2 (on the replicas from step 3r = 6, at the
+    root from step 2r = 4) keep their own layer-0 aggregate of the constant input and train bit for
+    bit as when recomputing it every epoch; cd-2 sends no layer-0 rows from step 2r = 4 on (on the
+    replicas forward bytes are layer 1's 16 columns of 8 + 16; at the root, where layer 0 only
+    reduces, the reduce bytes are). cd-2-orig's layer-0 aggregate alternates, so it is unchanged."""
     parts, epochs = 3, 10
-    for algo in ("0c", "cd-2", "cd-2-orig"):
-        runs = {flag: tmp_path / f"{algo}{flag}" for flag in ("", "--no-input-cache")}
+    for algo, apply in (("0c", "auto"), ("cd-2", "replicas"), ("cd-2", "root"), ("cd-2-orig", "auto")):
+        runs = {flag: tmp_path / f"{algo}-{apply}{flag}" for flag in ("", "--no-input-cache")}
         for flag, run in runs.items():
             train(narrow_input_parts, parts, run, "--algo", algo, "--epochs", str(epochs),
-                  "--eval-every", "5", *([flag] if flag else []))
+                  "--eval-every", "5", "--apply", apply, *([flag] if flag else []))
         kept, every = records(runs[""]), records(runs["--no-input-cache"])
-        np.testing.assert_array_equal(losses(runs[""]), losses(runs["--no-input-cache"]), err_msg=algo)
-        forward = [[r["bytes_forward"] for r in recs[4:]] for recs in (kept, every)]
+        np.testing.assert_array_equal(losses(runs[""]), losses(runs["--no-input-cache"]),
+                                      err_msg=f"{algo} {apply}")
+        key = "bytes_reduce" if apply == "root" else "bytes_forward"
+        forward = [[r[key] for r in recs[4:]] for recs in (kept, every)]
         if algo == "cd-2":
             assert all(f > 0 for f in forward[0])
             assert forward[0] == pytest.approx([f * 16 / 24 for f in forward[1]], rel=1e-12)
@@ -163,13 +171,18 @@ def test_0c_and_cdr_keep_their_settled_layer0_aggregate(narrow_input_parts, tmp_
             assert forward[0] == forward[1], algo
 
 
-@pytest.mark.parametrize("algo, narrow", [("cd-0", False), ("cd-3", False), ("cd-3", True)])
+@pytest.mark.parametrize("algo, narrow, apply, extra", [
+    ("cd-0", False, "auto", ()), ("cd-3", False, "auto", ()), ("cd-3", True, "auto", ()),
+    ("cd-3", True, "replicas", ()), ("cd-3", False, "root", ("--delayed-gradients",))])
 def test_resume_after_a_failed_rank_continues_exactly(partitions, request, tmp_path: Path, algo: str,
-                                                      narrow: bool) -> None:
-    """Resuming at epoch 10 gives the uninterrupted losses; ``narrow``: layer 0 aggregates the
-    constant input first, so cd-3 has kept its settled layer-0 aggregate since step 9."""
+                                                      narrow: bool, apply: str, extra: tuple) -> None:
+    """Resuming at epoch 10 gives the uninterrupted losses (cd-3 resumes with messages in flight
+    under both apply modes, and with delayed gradients in flight); ``narrow``: layer 0 aggregates
+    the constant input first, so cd-3 has kept its settled layer-0 aggregate since step 6 (root)
+    or 9 (replicas)."""
     parts, folder = (3, request.getfixturevalue("narrow_input_parts")) if narrow else (2, partitions[2])
-    common = ["--algo", algo, "--epochs", str(EPOCHS), "--checkpoint-every", "5", "--eval-every", "0"]
+    common = ["--algo", algo, "--epochs", str(EPOCHS), "--checkpoint-every", "5", "--eval-every", "0",
+              "--apply", apply, *extra]
     whole = tmp_path / "whole"
     train(folder, parts, whole, *common)
     broken = tmp_path / "broken"
@@ -184,6 +197,8 @@ def test_resume_after_a_failed_rank_continues_exactly(partitions, request, tmp_p
     epochs = [r["epoch"] for r in records(broken)]
     assert epochs == list(range(1, EPOCHS + 1))  # every epoch exactly once
     np.testing.assert_allclose(losses(broken)[10:], losses(whole)[10:], rtol=1e-6)
+    if extra:  # delayed gradients: 1/r of the rows travel back every epoch
+        assert all(r["bytes_backward"] > 0 for r in records(whole))
 
 
 def test_resume_refuses_other_hyperparameters(partitions, tmp_path: Path) -> None:
@@ -208,3 +223,138 @@ def test_bad_algorithm_names(partitions, tmp_path: Path) -> None:
     for name in ("cd-x", "cd--1", "cd-0-orig", "1c"):
         proc = run_cli("train", partitions[1], "--algo", name, "--out", tmp_path / "r")
         assert proc.returncode == 2 and "unknown algorithm" in proc.stderr, name
+
+
+# -- apply at the root (docs/design.md, "Where the dense work runs") ------------------------------
+
+@pytest.fixture(scope="module")
+def narrow_partitions(tmp_path_factory) -> dict[int, Path]:
+    """Libra parts (P = 1..4) of a twin with 8 input features under hidden 16: layer 0 aggregates
+    the stored features first (under root nothing is broadcast for it)."""
+    root = tmp_path_factory.mktemp("narrow-all")
+    store = fetch("synth-proteins", root=root, scale=0.005, mean_degree=8, seed=1, threads=1)
+    return libra_parts(store, root)
+
+
+def _assert_same_training(reference: Path, run: Path, label: str) -> None:
+    """Losses to 1e-5 relative, weights to 1e-4 of the largest, evaluation equal."""
+    np.testing.assert_allclose(losses(run), losses(reference), rtol=1e-5, err_msg=label)
+    ref_model = torch.load(reference / "model.pt", weights_only=False)["model"]
+    model = torch.load(run / "model.pt", weights_only=False)["model"]
+    largest = max(float(t.abs().max()) for t in ref_model.values())
+    for name, value in model.items():
+        assert float((value - ref_model[name]).abs().max()) <= 1e-4 * largest, (label, name)
+    ref_eval = [r for r in records(reference) if "val" in r]
+    got_eval = [r for r in records(run) if "val" in r]
+    assert [r["val"] for r in got_eval] == pytest.approx([r["val"] for r in ref_eval], abs=1e-9), label
+
+
+# (graph, aggregator, input cache): layer 0 maps first on the reddit twin (602 -> 16) and
+# aggregates the stored features first on the proteins twin (8 -> 16)
+ROOT_CASES = [("reddit", "mean", False), ("reddit", "gcn", False),
+              ("narrow", "mean", True), ("narrow", "mean", False), ("narrow", "gcn", False)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("graph_kind, aggregator, cache", ROOT_CASES)
+def test_cd0_root_equals_single_process(partitions, narrow_partitions, tmp_path: Path,
+                                        graph_kind: str, aggregator: str, cache: bool) -> None:
+    """cd-0 under --apply root equals one process for P = 2, 3, 4 (dropout 0.5), with the input
+    cache on or off; (reddit, mean/gcn, cache on) is test_cd0_equals_single_process."""
+    folders = partitions if graph_kind == "reddit" else narrow_partitions
+    common = ["--algo", "cd-0", "--apply", "root", "--epochs", str(EPOCHS), "--dropout", "0.5",
+              "--aggregator", aggregator, "--eval-every", "5",
+              *([] if cache else ["--no-input-cache"])]
+    runs = {p: tmp_path / f"p{p}" for p in (1, 2, 3, 4)}
+    for parts, run in runs.items():
+        train(folders[parts], parts, run, *common)
+    assert losses(runs[1])[-1] < losses(runs[1])[0]
+    for parts in (2, 3, 4):
+        _assert_same_training(runs[1], runs[parts], f"P={parts} {graph_kind} {aggregator} cache={cache}")
+        summary = json.loads((runs[parts] / "summary.json").read_text())
+        assert summary["apply"] == "root" and summary["hyperparameters"]["apply"] == "root"
+
+
+def test_cd0_replicas_equals_root(partitions, tmp_path: Path) -> None:
+    """cd-0 is exact under both apply modes: --apply replicas at P = 3 gives root's training, and
+    its run folder carries the mode."""
+    common = ["--algo", "cd-0", "--epochs", "10", "--eval-every", "5"]
+    train(partitions[3], 3, tmp_path / "root", *common)
+    train(partitions[3], 3, tmp_path / "replicas", *common, "--apply", "replicas")
+    _assert_same_training(tmp_path / "root", tmp_path / "replicas", "replicas vs root")
+    summary = json.loads((tmp_path / "replicas" / "summary.json").read_text())
+    assert summary["apply"] == "replicas"
+    from distgnn.train.trainer import default_run_dir
+
+    attrs = {"store": "s", "method": "libra", "P": 3}
+    assert default_run_dir(attrs, "cd-0", "replicas").name == "cd-0-replicas"
+    assert default_run_dir(attrs, "cd-0").name == "cd-0"
+
+
+def _moving_leaves(folder: Path, parts: int) -> tuple[int, int, int]:
+    """(leaves, leaves with local in-edges, leaves with local out-edges) over all parts."""
+    import zarr
+
+    total = with_in = with_out = 0
+    for k in range(parts):
+        g = zarr.open_group(str(folder / f"part_{k}.zarr"), mode="r")
+        n_roots = int(g.attrs["n_roots"])
+        in_degree = np.diff(g["indptr"][:])[n_roots:]
+        out_degree = np.diff(g["t_indptr"][:])[n_roots:]
+        total += len(in_degree)
+        with_in += int(np.count_nonzero(in_degree))
+        with_out += int(np.count_nonzero(out_degree))
+    return total, with_in, with_out
+
+
+def test_root_posts_only_rows_that_carry_something(graph, tmp_path: Path) -> None:
+    """Bytes counted at the send: every epoch, each of the two 16-wide aggregations broadcasts one
+    row per leaf with local out-edges and reduces one per leaf with local in-edges, forward and
+    (adjoint) backward. Random edge placement leaves many leaves without local in-edges and many
+    without local out-edges, so pruning shows."""
+    parts = 4
+    folder = tmp_path / "random-4"
+    proc = run_cli("partition", graph, "--parts", parts, "--method", "random", "--out", folder,
+                   "--threads", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    leaves, with_in, with_out = _moving_leaves(folder, parts)
+    assert with_in < 0.9 * leaves and with_out < 0.9 * leaves
+    run = tmp_path / "run"
+    train(folder, parts, run, "--algo", "cd-0", "--epochs", "3", "--eval-every", "0",
+          "--no-input-cache")
+    row = 16 * 4
+    for r in records(run):
+        assert r["bytes_forward"] == 2 * row * (with_in + with_out)
+        assert r["bytes_backward"] == 2 * row * (with_in + with_out)
+        assert r["bytes_broadcast"] == 2 * row * (with_out + with_in)  # forward rows + reduce adjoint
+        assert r["bytes_reduce"] == 2 * row * (with_in + with_out)
+    # replicas sends every leaf both ways, every layer
+    rep = tmp_path / "rep"
+    train(folder, parts, rep, "--algo", "cd-0", "--epochs", "2", "--eval-every", "0",
+          "--no-input-cache", "--apply", "replicas")
+    assert records(rep)[-1]["bytes_forward"] == 2 * row * 2 * leaves
+
+
+def test_apply_refusals_and_old_layout(partitions, tmp_path: Path) -> None:
+    for algo, extra in (("0c", ["--apply", "root"]), ("cd-3-orig", ["--apply", "root"]),
+                        ("cd-0", ["--delayed-gradients"]), ("cd-3", ["--delayed-gradients", "--apply", "replicas"])):
+        proc = run_cli("train", partitions[1], "--algo", algo, *extra, "--out", tmp_path / "r")
+        lines = [l for l in proc.stderr.splitlines() if l.strip()]
+        words = "DistGNN's scheme" if "root" in extra else "--delayed-gradients: only for cd-<r>"
+        assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], (algo, extra, proc.stderr)
+    proc = run_cli("train", partitions[1], "--apply", "master", "--out", tmp_path / "r")
+    assert proc.returncode == 2 and "--apply: invalid choice" in proc.stderr
+    # a part in the old layout (no layout_version) is refused in one line that says how to rebuild
+    import shutil
+    import zarr
+
+    old = tmp_path / "old"
+    shutil.copytree(partitions[2], old)
+    group = zarr.open_group(str(old / "part_1.zarr"), mode="r+")
+    del group.attrs["layout_version"]
+    proc = train(old, 2, tmp_path / "r2", "--epochs", "1", check=False)
+    lines = [l for l in proc.stderr.splitlines() if l.startswith("distgnn")]
+    assert proc.returncode != 0 and len(lines) == 1, proc.stderr
+    assert "part_1.zarr" in lines[0] and "layout version 1" in lines[0] and "partition build" in lines[0]
+    proc = run_cli("verify", old)
+    assert proc.returncode == 2 and "layout version 1" in proc.stderr

@@ -1,7 +1,8 @@
-"""distgnn scaling-model: predicted epoch time and speedup for P = 1 ... 128 (DESIGN section 8).
+"""distgnn scaling-model: predicted epoch time and speedup for P = 1 ... 128 (docs/scale-model.md).
 
-    distgnn scaling-model predict --calibration CAL.json [--graph papers100M | --nodes N --edges E
+    distgnn scaling-model predict --calibration CAL.json [--graph ogbn-papers100M | --nodes N --edges E
         --feat F --classes C] [--layers 3 --hidden 256] [--parts 1 2 4 ... 128] [--algos cd-0 cd-5 0c]
+        [--apply auto|root|replicas]
         [--network infiniband|measured] [--bandwidth-gbps B --latency-us L] [--compute-speedup S]
     distgnn scaling-model estimate-memory PARTDIR --layers L --hidden H --algo A
 
@@ -42,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="model runs with distgnn train --no-input-cache (layer 0 aggregates every epoch)")
     pr.add_argument("--parts", type=int, nargs="+", default=DEFAULT_PARTS)
     pr.add_argument("--algos", nargs="+", default=["cd-0", "cd-5", "0c"])
+    pr.add_argument("--apply", choices=("auto", "root", "replicas"), default="auto",
+                    help="where the dense work runs, as distgnn train --apply (auto: root for cd-0 "
+                         "and cd-<r>, replicas for 0c and cd-<r>-orig)")
     pr.add_argument("--network", choices=("infiniband", "measured"), default="infiniband",
                     help="100 Gb/s InfiniBand defaults, or the calibration's measured network")
     pr.add_argument("--bandwidth-gbps", type=float, help="override: link bandwidth in Gb/s")
@@ -61,6 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     me.add_argument("--hidden", type=int, default=256)
     me.add_argument("--algo", default="cd-0")
     me.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
+    me.add_argument("--apply", choices=("auto", "root", "replicas"), default="auto",
+                    help="as distgnn train --apply")
     me.set_defaults(func=run_memory)
 
 
@@ -114,7 +120,7 @@ def run_predict(args: argparse.Namespace) -> int:
     if min(args.parts) < 1:
         raise DistgnnError("--parts: every P must be >= 1")
     rows = speedup_table(graph, ModelShape(args.layers, args.hidden, not args.no_input_cache), costs.scaled(args.compute_speedup),
-                         law, net, args.algos, sorted(args.parts), args.ranks_per_node)
+                         law, net, args.algos, sorted(args.parts), args.ranks_per_node, args.apply)
     if args.json:
         print(json.dumps(rows))
         return 0
@@ -126,10 +132,10 @@ def format_table(rows: list[dict], graph, law, net) -> str:
     lines = [f"graph {graph.name or 'calibration'}: {graph.num_nodes:,} vertices, {graph.num_edges:,} edges; "
              f"{law.describe()}; network: {net.source} ({net.bandwidth / 1e9:.2f} GB/s, "
              f"{net.latency * 1e6:.1f} us)", "",
-             "| algo | P | RF | epoch s | speedup | aggregate s | dense s | exchange s | allreduce s | dominant |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| algo | apply | P | RF | epoch s | speedup | aggregate s | dense s | exchange s | allreduce s | dominant |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['algo']} | {r['P']} | {r['rf']:.2f} | {r['epoch_s']:.4g} | {r['speedup']:.1f} | "
+        lines.append(f"| {r['algo']} | {r['apply']} | {r['P']} | {r['rf']:.2f} | {r['epoch_s']:.4g} | {r['speedup']:.1f} | "
                      f"{r['aggregate_s']:.3g} | {r['dense_s']:.3g} | {r['exchange_s']:.3g} | "
                      f"{r['allreduce_s']:.3g} | {r['dominant']} |")
     return "\n".join(lines)
@@ -139,7 +145,7 @@ def run_memory(args: argparse.Namespace) -> int:
     from distgnn.train.memory_estimate import estimate_run_memory
 
     estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
-                                    input_cache=not args.no_input_cache)
+                                    input_cache=not args.no_input_cache, apply=args.apply)
     for e in estimates:
         print(f"rank {e.k}: {e.total / 2**20:,.0f} MiB")
     print(f"max over ranks: {max(e.total for e in estimates) / 2**20:,.0f} MiB")

@@ -10,6 +10,7 @@ from distgnn.errors import CollectiveError, DistgnnError
 
 def add_train_options(p: argparse.ArgumentParser) -> None:
     """The training options shared by ``train`` and ``launch``."""
+    from distgnn.train.algorithms import APPLY_MODES
     from distgnn.train.trainer import TrainConfig
 
     d = TrainConfig()
@@ -34,7 +35,16 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-input-cache", action="store_true",
                    help="aggregate the input features every epoch instead of once at the start "
                         "(saves [n_k, F] float32 of memory per rank)")
-    p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>)")
+    p.add_argument("--apply", choices=APPLY_MODES, default=d.apply,
+                   help="where the dense work (linear layers, ReLU, dropout) runs: once per vertex at "
+                        "its root (root), or on every replica as DistGNN does (replicas); auto: root "
+                        "for cd-0, replicas for 0c, cd-<r> and cd-<r>-orig (default: %(default)s)")
+    p.add_argument("--delayed-gradients", action="store_true",
+                   help="cd-<r> under --apply root: also send each exchange's gradient back, "
+                        "consumed r epochs later (off: copies and remote parts are constants in "
+                        "backward; see docs/design.md)")
+    p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
+                                 "-<apply> when --apply is not auto)")
     p.add_argument("--skip-memory-check", action="store_true",
                    help="start even when the memory estimate exceeds what is available")
 
@@ -47,7 +57,8 @@ def config_from_args(args: argparse.Namespace):
                        weight_decay=args.weight_decay, seed=args.seed, eval_every=args.eval_every,
                        checkpoint_every=args.checkpoint_every, resume=args.resume,
                        threads=args.threads, memory_check=not args.skip_memory_check,
-                       precision=args.precision, input_cache=not args.no_input_cache)
+                       precision=args.precision, input_cache=not args.no_input_cache,
+                       apply=args.apply, delayed_gradients=args.delayed_gradients)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,9 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distgnn.train.algorithms import parse_algorithm
+    from distgnn.train.trainer import check_config
 
-    parse_algorithm(args.algo)  # refuse a bad name before starting MPI
+    check_config(config_from_args(args))  # refuse bad options before starting MPI
     from distgnn.comm import Communicator
     from distgnn.train.trainer import Trainer
 

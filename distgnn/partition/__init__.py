@@ -14,9 +14,14 @@ writes ``<DIR>/assignment.zarr``; :func:`~distgnn.partition.build.build_part` wr
     num_nodes, num_edges, quality figures (see :mod:`distgnn.partition.quality`) and per-part
     counts.
 
-``part_<k>.zarr`` (ids local unless named global; local ids follow global ids in ascending order)
+``part_<k>.zarr`` (ids local unless named global)
+    Local numbering (attr ``layout_version`` 2): the part's roots first (local ids ``[0, n_roots)``,
+    attr ``n_roots``), then its leaves, each block in ascending global id, so a rank's dense work
+    under apply-at-root runs on a prefix of its rows. Parts without the attribute (numbered by
+    global id alone) are refused in one line by every reader (:func:`layout.check_layout`).
     ``local_to_global`` int64 [n_k]; ``indptr`` int64 [n_k+1] / ``indices`` int32 [m_k]: local CSR
-    by destination (row i lists the local sources of the in-edges of i that live on k, ascending);
+    by destination (row i lists the local sources of the in-edges of i that live on k, in
+    ascending global id);
     ``t_indptr`` / ``t_indices``: its transpose (CSR by source); ``in_degree_global`` int64 [n_k]:
     in-degree in the whole graph; ``is_root`` bool [n_k]; ``feat`` float32 [n_k, F]; ``label``;
     ``train_mask`` / ``val_mask`` / ``test_mask`` bool [n_k], true only at roots (each vertex counted
@@ -31,6 +36,6 @@ writes ``<DIR>/assignment.zarr``; :func:`~distgnn.partition.build.build_part` wr
     group from k are the same vertex: sender and receiver agree without exchanging ids.
 
     Attrs: k, P, method, seed, store, graph, graph_checksum, num_nodes, num_edges (global), n_k,
-    m_k, num_split (local vertices with replicas elsewhere), num_roots, num_leaves, train/val/test
+    m_k, layout_version, n_roots, num_split (local vertices with replicas elsewhere), num_roots, num_leaves, train/val/test
     root counts, feat_dim, num_classes, multilabel.
 """

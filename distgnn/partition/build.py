@@ -119,12 +119,21 @@ def comm_plan(inp: BuildInputs, k: int, l2g: np.ndarray,
     return (leaf_send.astype(np.int64), send_off, np.concatenate(groups).astype(np.int64), recv_off)
 
 
+def local_order(inp: BuildInputs, k: int) -> tuple[np.ndarray, int]:
+    """(local_to_global int64 [n_k], n_roots): part k's roots first, then its leaves, each block
+    in ascending global id (layout version 2, see :mod:`distgnn.partition`)."""
+    members = layout.members(inp.replicas, k)
+    is_root = inp.root[members] == k
+    return np.concatenate([members[is_root], members[~is_root]]), int(is_root.sum())
+
+
 class PartWriter:
     """Writes ``part_<k>.zarr`` in two steps: the constructor computes and writes the structure,
     the communication plan and the masks (under a temporary name); the row data (``feat``,
-    ``label``) is then streamed into :attr:`rows` (one writer per name, rows in local order) by
-    the caller; :meth:`commit` writes the attrs and renames. :meth:`abort` removes the temporary
-    folder (also done when the object is used as a context manager and an exception escapes)."""
+    ``label``) is then streamed by the caller into the writers of :meth:`row_targets` (one per
+    block of local ids, roots then leaves, each fed its rows in ascending global id); :meth:`commit`
+    writes the attrs and renames. :meth:`abort` removes the temporary folder (also done when the
+    object is used as a context manager and an exception escapes)."""
 
     ROW_ARRAYS = ("feat", "label")
 
@@ -134,7 +143,8 @@ class PartWriter:
         if not 0 <= k < P:
             raise DistgnnError(f"--part: expected 0 <= K < {P}, got {k}")
         self.inp, self.k = inp, k
-        self.l2g = l2g = layout.members(inp.replicas, k)
+        l2g, self.n_roots = local_order(inp, k)
+        self.l2g = l2g
         indptr, indices = local_csr(inp, k, l2g, threads)
         n_k, m_k = len(l2g), len(indices)
         t_indptr = np.empty(n_k + 1, dtype=np.int64)
@@ -143,7 +153,7 @@ class PartWriter:
         is_root = inp.root[l2g] == k
         in_degree = (inp.indptr[l2g + 1] - inp.indptr[l2g]).astype(np.int64)
         leaf_send, send_off, root_recv, recv_off = comm_plan(inp, k, l2g, is_root)
-        self.rows: dict[str, RowWriter] = {}
+        self.rows: dict[str, tuple[RowWriter, RowWriter]] = {}
         self.target = AtomicGroup(inp.folder / layout.part_name(k), overwrite=overwrite)
         try:
             g = self.target.group
@@ -161,14 +171,17 @@ class PartWriter:
                 mask = inp.masks[name][l2g] & is_root
                 self.counts[name.replace("_mask", "")] = int(mask.sum())
                 self.digests[name] = write_array(g, name, mask)
-            self.rows = {name: RowWriter(create_row_array(
-                g, name, (n_k, *inp.store[name].shape[1:]), inp.store[name].dtype), executor)
-                for name in self.ROW_ARRAYS}
+            for name in self.ROW_ARRAYS:
+                array = create_row_array(g, name, (n_k, *inp.store[name].shape[1:]),
+                                         inp.store[name].dtype)
+                self.rows[name] = (RowWriter(array, executor, 0, self.n_roots),
+                                   RowWriter(array, executor, self.n_roots, n_k))
         except BaseException:
             self.abort()
             raise
         self.attrs = {
             "format_version": layout.FORMAT_VERSION,
+            "layout_version": layout.LAYOUT_VERSION, "n_roots": self.n_roots,
             "k": k, "P": P, "method": inp.attrs["method"], "seed": inp.attrs["seed"],
             "store": inp.attrs["store"], "graph": inp.attrs["graph"],
             "graph_checksum": inp.attrs["graph_checksum"],
@@ -183,13 +196,19 @@ class PartWriter:
             "multilabel": inp.store.attrs["multilabel"],
         }
 
+    def row_targets(self, name: str) -> list[tuple[np.ndarray, RowWriter]]:
+        """(global ids ascending, writer) for each block of local ids of row array ``name``."""
+        roots, leaves = self.rows[name]
+        return [(self.l2g[:self.n_roots], roots), (self.l2g[self.n_roots:], leaves)]
+
     def commit(self) -> Path:
-        for name, writer in self.rows.items():
-            self.digests[name] = writer.finish()
+        for name, (roots, leaves) in self.rows.items():
+            # the roots' writer first: the leaves' writer then writes the chunk they share
+            self.digests[name] = roots.finish() + "+" + leaves.finish()
         return self.target.commit({**self.attrs, "checksum": combine_digests(self.digests)})
 
     def abort(self) -> None:
-        for writer in self.rows.values():
+        for writer in (w for pair in self.rows.values() for w in pair):
             writer.drain()  # no background write may land after the folder is removed
         self.target.__exit__(None, None, None)
 
@@ -207,7 +226,8 @@ def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = Tru
     with ThreadPoolExecutor(max_workers=1) as executor, \
             PartWriter(inp, k, threads, overwrite, executor) as part:
         for name in PartWriter.ROW_ARRAYS:
-            gather_rows(inp.store[name], part.l2g, part.rows[name])
+            for rows, writer in part.row_targets(name):
+                gather_rows(inp.store[name], rows, writer)
         return part.commit()
 
 
@@ -241,6 +261,6 @@ def build_all(folder: str | os.PathLike, threads: int = 0) -> list[Path]:
         if error is not None:
             raise error
         for name in PartWriter.ROW_ARRAYS:
-            gather_rows_multi(inp.store[name], [(p.l2g, p.rows[name]) for p in parts],
+            gather_rows_multi(inp.store[name], [t for p in parts for t in p.row_targets(name)],
                               desc=f"build {name}")
         return [p.commit() for p in parts]

@@ -16,6 +16,9 @@ ROOT_RULES = ("balance", "in-edges")
 ASSIGNMENT = "assignment.zarr"
 MASKS = ("train_mask", "val_mask", "test_mask")
 FORMAT_VERSION = 1
+#: local numbering of a part: 2 = its roots first (``[0, n_roots)``), then its leaves, each block in
+#: ascending global id; parts without the attribute (version 1) numbered by global id alone
+LAYOUT_VERSION = 2
 #: HDRF balance weight (lambda in Petroni et al.); 1 is the paper's default.
 HDRF_LAMBDA = 1.0
 
@@ -62,3 +65,17 @@ def replica_counts(replicas: np.ndarray) -> np.ndarray:
     for col in range(as_bytes.shape[1]):
         counts += table[as_bytes[:, col]]
     return counts
+
+
+def check_layout(path: Path | str, attrs: dict) -> None:
+    """Refuse, in one line, a part store written before the current local numbering."""
+    from distgnn.errors import DistgnnError
+
+    version = attrs.get("layout_version", 1)
+    if version != LAYOUT_VERSION or "n_roots" not in attrs:
+        folder = Path(path).parent
+        raise DistgnnError(
+            f"{path}: part in layout version {version}, this distgnn reads version "
+            f"{LAYOUT_VERSION} (roots first); rebuild the parts with `distgnn partition build "
+            f"{folder} --part K` for each K (or `distgnn partition GRAPH.zarr --parts P --out "
+            f"{folder} --force`; in the workflow `snakemake --forcerun build`)")

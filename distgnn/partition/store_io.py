@@ -56,9 +56,16 @@ class RowWriter:
     memory is two chunks whatever the number of rows. With an ``executor`` the chunk writes (zarr
     encode + file write, which release the GIL) run in the background, overlapping the gathers of
     this and other writers; at most one write per writer is in flight. The digest is a crc32c of
-    the content."""
+    the content.
 
-    def __init__(self, array: zarr.Array, executor: Executor | None = None):
+    ``start``/``stop`` confine the writer to rows ``[start, stop)`` of the array (default: all),
+    so two writers can fill one array's two blocks side by side (a part's roots and its leaves).
+    When ``start`` is not on a chunk boundary, the rows up to the next boundary share a chunk with
+    the block before, so they are kept and written by :meth:`finish`, which must then run after
+    the writer of the block before has finished."""
+
+    def __init__(self, array: zarr.Array, executor: Executor | None = None, start: int = 0,
+                 stop: int | None = None):
         self.array = array
         self.step = array.chunks[0]
         self.buffers = [np.empty((self.step, *array.shape[1:]), dtype=array.dtype) for _ in range(2)]
@@ -66,8 +73,11 @@ class RowWriter:
         self.pending: Future | None = None
         self.executor = executor
         self.fill = 0
-        self.cursor = 0
+        self.start = start
+        self.stop = array.shape[0] if stop is None else stop
+        self.cursor = start
         self.crc = 0
+        self.head: tuple[int, np.ndarray] | None = None   #: rows sharing a chunk with the block before
 
     @property
     def buf(self) -> np.ndarray:
@@ -78,7 +88,7 @@ class RowWriter:
         native = block.ndim == 2 and block.dtype in _NATIVE_GATHER and block.flags.c_contiguous
         pos = 0
         while pos < len(rows):
-            count = min(self.step - self.fill, len(rows) - pos)
+            count = min(self._capacity() - self.fill, len(rows) - pos)
             out = self.buf[self.fill:self.fill + count]
             if native:  # one thread, without the GIL: overlaps the background chunk writes
                 _native.gather_rows(block, rows[pos:pos + count], out, 1)
@@ -86,8 +96,12 @@ class RowWriter:
                 np.take(block, rows[pos:pos + count], axis=0, out=out)
             self.fill += count
             pos += count
-            if self.fill == self.step:
+            if self.fill == self._capacity():
                 self._flush()
+
+    def _capacity(self) -> int:
+        """Rows the current buffer takes: up to the next chunk boundary."""
+        return self.step - self.cursor % self.step
 
     def _wait(self) -> None:
         if self.pending is not None:
@@ -98,10 +112,15 @@ class RowWriter:
         if not self.fill:
             return
         end = self.cursor + self.fill
-        if end > self.array.shape[0]:
-            raise DistgnnError(f"array '{self.array.basename}': more rows than its {self.array.shape[0]}")
+        if end > self.stop:
+            raise DistgnnError(f"array '{self.array.basename}': more rows than its block "
+                               f"[{self.start}, {self.stop})")
         data = self.buf[:self.fill]
         self.crc = google_crc32c.extend(self.crc, data)
+        if self.cursor == self.start and self.start % self.step:
+            self.head = (self.cursor, data.copy())  # shares a chunk with the block before
+            self.cursor, self.fill = end, 0
+            return
         self._wait()  # the other buffer is free again once its write is done
         if self.executor is None:
             self.array[self.cursor:end] = data
@@ -120,12 +139,16 @@ class RowWriter:
     def finish(self) -> str:
         self._flush()
         self._wait()
-        if self.cursor != self.array.shape[0]:
-            raise DistgnnError(f"array '{self.array.basename}': wrote {self.cursor} of "
-                               f"{self.array.shape[0]} rows")
+        if self.head is not None:
+            at, data = self.head
+            self.array[at:at + len(data)] = data
+            self.head = None
+        if self.cursor != self.stop:
+            raise DistgnnError(f"array '{self.array.basename}': wrote {self.cursor - self.start} of "
+                               f"{self.stop - self.start} rows")
         if self.array.shape[0] == 0:
             self.array[...] = self.array.fill_value  # still write the (empty) chunk layout
-        return f"crc32c-{self.crc:08x}-{self.cursor}"
+        return f"crc32c-{self.crc:08x}-{self.cursor - self.start}"
 
 
 def gather_rows(source: zarr.Array, rows: np.ndarray, out: RowWriter) -> None:

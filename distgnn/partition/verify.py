@@ -2,7 +2,8 @@
 
 Checked, in order: every chunk of the assignment and of every part reads back (crc32c); the
 assignment matches the graph (checksum, sizes) and each part matches the assignment; per part:
-``local_to_global`` strictly ascending, the CSR and its transpose well formed and each other's
+the layout (roots first: ``local_to_global[:n_roots]`` the part's roots and the rest its leaves,
+each block strictly ascending), the CSR and its transpose well formed and each other's
 transpose, ``in_degree_global`` and ``is_root`` agree with the graph and the assignment; over all
 parts: every vertex covered and with exactly one root, every global edge on exactly one part with
 the right endpoints (compared destination block by destination block, so memory stays bounded),
@@ -53,7 +54,13 @@ def _open_part(folder: Path, k: int, attrs: dict) -> zarr.Group:
         _fail(f"{path}: built from another assignment (rebuild it)")
     if pattrs.get("k") != k or pattrs.get("P") != attrs["P"]:
         _fail(f"{path}: attrs say k={pattrs.get('k')} P={pattrs.get('P')}, expected k={k} P={attrs['P']}")
+    layout.check_layout(path, pattrs)
     return group
+
+
+def _blocks(l2g: np.ndarray, n_roots: int) -> list[tuple[int, np.ndarray]]:
+    """(first local id, global ids ascending) of a part's two blocks: roots, then leaves."""
+    return [(0, l2g[:n_roots]), (n_roots, l2g[n_roots:])]
 
 
 def _check_csr(label: str, indptr: np.ndarray, indices: np.ndarray, n: int) -> None:
@@ -88,10 +95,12 @@ def verify_partition(folder: str | os.PathLike, graph: str | os.PathLike | None 
         verify_checksums(group, label)
         verify_checksums(group["comm"], f"{label}/comm")
         l2g = group["local_to_global"][:]
-        n_k = len(l2g)
-        if n_k and (np.any(np.diff(l2g) <= 0) or l2g[0] < 0 or l2g[-1] >= n):
-            _fail(f"{label}/local_to_global: not strictly ascending global ids in [0, {n})")
-        if not np.array_equal(l2g, layout.members(replicas, k)):
+        n_k, n_roots = len(l2g), int(group.attrs["n_roots"])
+        for _, block in _blocks(l2g, n_roots):
+            if len(block) and (np.any(np.diff(block) <= 0) or block[0] < 0 or block[-1] >= n):
+                _fail(f"{label}/local_to_global: its roots block [0, {n_roots}) or leaves block "
+                      f"is not strictly ascending global ids in [0, {n})")
+        if not np.array_equal(np.sort(l2g), layout.members(replicas, k)):
             _fail(f"{label}/local_to_global: differs from the assignment's replicas of part {k}")
         indptr, indices = group["indptr"][:], group["indices"][:]
         _check_csr(f"{label}/indptr", indptr, indices, n_k)
@@ -110,6 +119,8 @@ def verify_partition(folder: str | os.PathLike, graph: str | os.PathLike | None 
         is_root = group["is_root"][:]
         if not np.array_equal(is_root, root[l2g] == k):
             _fail(f"{label}/is_root: differs from the assignment's roots")
+        if int(is_root.sum()) != n_roots or not is_root[:n_roots].all():
+            _fail(f"{label}: local ids [0, n_roots = {n_roots}) are not exactly the part's roots")
         covered[l2g] += 1
         root_count[l2g[is_root]] += 1
         parts.append((group, l2g, indptr, indices, is_root))
@@ -139,9 +150,11 @@ def _check_edges(folder: Path, parts: list, g_indptr: np.ndarray, g_indices: np.
                   + g_indices[g_indptr[a]:g_indptr[b]].astype(np.int64))
         got = []
         for group, l2g, indptr, indices, _ in parts:
-            lo, hi = np.searchsorted(l2g, a), np.searchsorted(l2g, b)
-            rows = np.repeat(l2g[lo:hi], np.diff(indptr[lo:hi + 1]))
-            got.append(rows * n + l2g[indices[indptr[lo]:indptr[hi]]])
+            for base, block in _blocks(l2g, int(group.attrs["n_roots"])):
+                lo = base + np.searchsorted(block, a)
+                hi = base + np.searchsorted(block, b)
+                rows = np.repeat(l2g[lo:hi], np.diff(indptr[lo:hi + 1]))
+                got.append(rows * n + l2g[indices[indptr[lo]:indptr[hi]]])
         got = np.sort(np.concatenate(got)) if got else np.empty(0, np.int64)
         if not np.array_equal(got, np.sort(expect)):
             if len(got) != len(expect):
@@ -171,15 +184,19 @@ def _check_vertex_data(folder: Path, parts: list, store) -> None:
         src = store[name]
         step = src.chunks[0]
         edges = np.arange(0, src.shape[0] + step, step, dtype=np.int64)
-        bounds = [np.searchsorted(l2g, edges) for _, l2g, _, _, _ in parts]
+        segments = [(group, base, base + np.searchsorted(ids, edges))
+                    for group, l2g, _, _, _ in parts
+                    for base, ids in _blocks(l2g, int(group.attrs["n_roots"]))]
+        l2g_of = {id(group): l2g for group, l2g, _, _, _ in parts}
         for c in progress(range(len(edges) - 1), desc=f"verify {name} rows"):
             block = None
-            for (group, l2g, _, _, _), b in zip(parts, bounds):
+            for group, _, b in segments:
                 lo, hi = int(b[c]), int(b[c + 1])
                 if hi == lo:
                     continue
                 if block is None:
                     block = src[int(edges[c]):int(edges[c + 1])]
+                l2g = l2g_of[id(group)]
                 if not np.array_equal(group[name][lo:hi], block[l2g[lo:hi] - edges[c]],
                                       equal_nan=True):
                     _fail(f"{folder / layout.part_name(group.attrs['k'])}/{name}: rows {lo}..{hi - 1} "

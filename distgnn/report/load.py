@@ -1,6 +1,7 @@
 """Read the runs of a store: every ``summary.json`` under a folder and the ``metrics.jsonl`` beside it.
 
-Provenance (store, method, P, algorithm) comes from ``summary.json`` (DESIGN 6), never from paths.
+Provenance (store, method, P, algorithm, apply mode) comes from ``summary.json`` (docs/design.md,
+section 6), never from paths.
 """
 from __future__ import annotations
 
@@ -36,9 +37,28 @@ class Run:
 
     @property
     def key(self) -> tuple[str, str, int, str]:
-        """(store, method, P, algorithm)."""
+        """(store, method, P, run label): the label is the algorithm, plus ``-<apply>`` when the
+        run's apply mode is not the algorithm's default (as its run folder is named)."""
         s = self.summary
-        return (str(s["store"]), str(s["method"]), int(s["num_parts"]), str(s["algo"]))
+        return (str(s["store"]), str(s["method"]), int(s["num_parts"]), run_label(s))
+
+    @property
+    def apply(self) -> str:
+        """``root`` or ``replicas`` (runs from before apply-at-root ran on the replicas)."""
+        return str(self.summary.get("apply", "replicas"))
+
+
+def run_label(summary: dict[str, Any]) -> str:
+    """``cd-0``, ``cd-0-replicas``, ...: the algorithm, and the apply mode where it is not the
+    default (``auto``) one."""
+    from distgnn.train.algorithms import parse_algorithm, resolve_apply, run_name
+
+    algo, apply = str(summary["algo"]), summary.get("apply")
+    try:
+        default = resolve_apply("auto", parse_algorithm(algo))
+    except DistgnnError:
+        return algo
+    return run_name(algo, "auto" if apply in (None, default) else str(apply))
 
 
 def read_summary(path: Path) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from distgnn.report.load import Run
 #: Epoch-time components of metrics.jsonl, in stacking order; "other" is the rest of the epoch.
 SPLIT_KEYS = ("time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_allreduce_s")
 
-COLUMNS = ("store", "method", "num_parts", "algo", "replication_factor", "mean_epoch_time_s",
+COLUMNS = ("store", "method", "num_parts", "algo", "apply", "replication_factor", "mean_epoch_time_s",
            *SPLIT_KEYS, "time_other_s", "bytes_forward", "bytes_backward", "bytes_gradients",
            "peak_rss_bytes", "best_val", "test_at_best_val", "final_test", "speedup_vs_p1",
            "epochs", "slurm_job_id")
@@ -24,8 +24,10 @@ def warmup_epochs(algo: str) -> int:
 
 
 def steady(run: Run) -> list[dict[str, Any]]:
-    """The steady-state epochs of a run (all of them when warm-up would leave none)."""
-    skip = warmup_epochs(run.key[3])
+    """The steady-state epochs of a run, by the trainer's own rule (``steady_state_from_epoch`` in
+    summary.json; older runs: past the first 2r); all of them when that would leave none."""
+    start = run.summary.get("steady_state_from_epoch")
+    skip = int(start) - 1 if start is not None else warmup_epochs(str(run.summary["algo"]))
     return run.epochs[skip:] or run.epochs
 
 
@@ -48,6 +50,7 @@ def summary_table(runs: list[Run]) -> pd.DataFrame:
     for run in runs:
         s = run.summary
         row = {k: s.get(k) for k in COLUMNS if k in s}
+        row["algo"], row["apply"] = run.key[3], run.apply
         row.update(epoch_split(run))
         rows.append(row)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
@@ -71,19 +74,23 @@ def markdown(table: pd.DataFrame) -> str:
     lines = []
     for store, part in table.groupby("store", sort=True):
         lines += [f"# {store}", "",
-                  "Per epoch, steady state (cd-r leaves out its first 2r epochs). Times in ms, "
+                  "cd-<r>-orig is the DistGNN paper's cd-r; cd-<r> is distgnn's variant (it keeps "
+                  "the last delivered remote part between deliveries); a run label ending in "
+                  "-replicas or -root names a non-default apply mode (docs/design.md, section 6).",
+                  "",
+                  "Per epoch, steady state (epoch 1 and, for cd-r, the first 2r left out). Times in ms, "
                   "each the max over ranks (so the parts may add up to more than the epoch; "
                   "other = what they leave unexplained, if anything), bytes in MiB (sum over "
                   "ranks), peak memory of the largest rank; speedup = epoch time of P = 1 over "
                   "this one.", "",
-                  "| method | P | algo | repl. factor | epoch ms | aggregate | exchange wait | dense "
+                  "| method | P | algo | apply | repl. factor | epoch ms | aggregate | exchange wait | dense "
                   "| allreduce | other | fwd MiB | bwd MiB | grad MiB | peak RSS MiB | best val "
                   "| test @ best val | speedup |",
-                  "|" + "---|" * 17]
+                  "|" + "---|" * 18]
         for _, r in part.iterrows():
             ms = [f"{1e3 * float(r[k]):.1f}" for k in ("mean_epoch_time_s", *SPLIT_KEYS, "time_other_s")]
             lines.append(
-                f"| {r.method} | {r.num_parts} | {r.algo} | {float(r.replication_factor):.3f} | "
+                f"| {r.method} | {r.num_parts} | {r.algo} | {r.apply} | {float(r.replication_factor):.3f} | "
                 + " | ".join(ms)
                 + f" | {_mib(r.bytes_forward)} | {_mib(r.bytes_backward)} | {_mib(r.bytes_gradients)}"
                 f" | {_mib(r.peak_rss_bytes)} | {float(r.best_val):.4f} | {float(r.test_at_best_val):.4f}"

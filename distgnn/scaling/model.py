@@ -1,15 +1,21 @@
-"""Epoch time of one training run at P ranks, per algorithm (DESIGN section 6's message pattern).
+"""Epoch time of one training run at P ranks, per algorithm and apply mode (docs/design.md's
+message pattern).
 
 Per rank (the slowest one sets the epoch):
 
 * vertices n = RF(P) N / P * vertex balance; edges m = E / P * edge balance;
   leaf rows exchanged L = (RF(P) - 1) N / P (every replica beyond the first is a leaf);
-* aggregation ``(m + r n) * sum_l 2 a_l * c_agg`` (r: a row's cost in edges); dense ``n * sum_l in_l out_l * c_dense``;
+* dense rows: n under ``replicas`` (every replica runs the layers), N / P under ``root`` (each
+  vertex once, at its root; roots are balanced per part);
+* aggregation ``(m + r n) * sum_l 2 a_l * c_agg`` (r: a row's cost in edges); dense ``rows * sum_l in_l out_l * c_dense``;
 * layers that aggregate: all, except layer 0 when its input aggregate is cached (cd-0, or P = 1);
 * cd-0: per layer, forward and backward, two Alltoallv of L a_l 4 bytes per rank, plus the copies
-  around them (clone of [n, a_l], gather/scatter of 4 L a_l floats);
+  around them (clone of [n, a_l], gather/scatter of 4 L a_l floats); under ``root`` the same two
+  (a broadcast of the roots' rows and a reduce of the leaves' partials; L is an upper bound, as
+  leaves without local in- or out-edges send nothing);
 * cd-r: forward only, 1/r of the rows, posted non-blocking and waited r steps later: counted as
   latency plus the copies of 1/r of the rows (the transfer itself is taken as hidden behind compute);
+  under ``root`` two messages per layer and the assembly of the [n, a_l] source table;
 * 0c: no exchange;
 * every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead;
 * ranks sharing one machine (``ranks_per_node`` > 1) compute slower by the measured concurrency
@@ -24,7 +30,7 @@ from dataclasses import dataclass
 from distgnn.scaling.costs import ComputeCosts, GraphShape, ModelShape
 from distgnn.scaling.network import NetworkModel
 from distgnn.scaling.replication import ReplicationLaw
-from distgnn.train.algorithms import parse_algorithm
+from distgnn.train.algorithms import parse_algorithm, resolve_apply
 
 F32 = 4
 
@@ -44,6 +50,8 @@ class EpochPrediction:
     def total_s(self) -> float:
         return self.aggregate_s + self.dense_s + self.exchange_s + self.allreduce_s + self.overhead_s
 
+    apply: str = "replicas"
+
     def dominant(self) -> str:
         parts = {"aggregation": self.aggregate_s, "dense": self.dense_s, "exchange": self.exchange_s,
                  "allreduce": self.allreduce_s}
@@ -52,10 +60,11 @@ class EpochPrediction:
 
 def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, costs: ComputeCosts,
                   law: ReplicationLaw, net: NetworkModel, rf: float | None = None,
-                  ranks_per_node: int = 1) -> EpochPrediction:
+                  ranks_per_node: int = 1, apply: str = "auto") -> EpochPrediction:
     """Predicted epoch of ``algo`` at ``parts`` ranks (``rf`` overrides the law's RF(P));
-    ``ranks_per_node`` ranks share each machine."""
+    ``ranks_per_node`` ranks share each machine; ``apply`` as ``distgnn train --apply``."""
     a = parse_algorithm(algo)
+    apply = resolve_apply(apply, a)
     rf = 1.0 if parts == 1 else float(rf if rf is not None else law(parts))
     n = rf * graph.num_nodes / parts * (law.vertex_balance if parts > 1 else 1.0)
     m = graph.num_edges / parts * (law.edge_balance if parts > 1 else 1.0)
@@ -63,29 +72,40 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
     widths = model.aggregated_widths(graph, algo, parts)
     shared = min(parts, ranks_per_node) > 1
     aggregate = (m + costs.agg_row_per_edge * n) * model.agg_units(graph, algo, parts) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
-    dense = n * model.dense_units(graph) * costs.dense_s_per_vertex_unit * (costs.concurrency_dense if shared else 1.0)
+    rows = graph.num_nodes / parts if apply == "root" else n
+    dense = rows * model.dense_units(graph) * costs.dense_s_per_vertex_unit * (costs.concurrency_dense if shared else 1.0)
     exchange = 0.0
     if a.exchange and parts > 1:
         for w in widths:
             if a.delay == 0:
                 one = 2 * net.alltoallv(parts, leaves * w * F32) + costs.copy_s_per_float * (n * w + 4 * leaves * w)
                 exchange += 2 * one  # forward and backward (the adjoint)
+            elif apply == "root":
+                # two messages posted per layer (broadcast and reduce), 1/r of the rows each, and
+                # the source table [n, w] assembled from the roots' rows and the leaves' copies
+                exchange += 4 * (parts - 1) * net.latency + costs.copy_s_per_float * (
+                    n * w + 4 * leaves * w / a.delay)
             else:
                 exchange += 2 * (parts - 1) * net.latency + costs.copy_s_per_float * 3 * leaves * w / a.delay
     allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)
-    return EpochPrediction(parts, algo, rf, aggregate, dense, exchange, allreduce, costs.overhead_s)
+    return EpochPrediction(parts, algo, rf, aggregate, dense, exchange, allreduce, costs.overhead_s,
+                           apply)
 
 
 def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law: ReplicationLaw,
-                  net: NetworkModel, algos: list[str], parts: list[int], ranks_per_node: int = 1) -> list[dict]:
+                  net: NetworkModel, algos: list[str], parts: list[int], ranks_per_node: int = 1,
+                  apply: str = "auto") -> list[dict]:
     """One row per (algo, P): the prediction's parts, total and speedup over P = 1 (cd-0 at P = 1
-    is the single-socket reference for every algorithm: at P = 1 they coincide)."""
+    is the single-socket reference for every algorithm: at P = 1 they coincide). ``apply``:
+    ``auto`` (each algorithm's default), ``root`` (refused for 0c and cd-r-orig) or ``replicas``."""
     base = predict_epoch(1, "cd-0", graph, model, costs, law, net).total_s
     rows = []
     for algo in algos:
         for p in parts:
-            e = predict_epoch(p, algo, graph, model, costs, law, net, ranks_per_node=ranks_per_node)
-            rows.append({"algo": algo, "P": p, "rf": e.replication_factor, "epoch_s": e.total_s,
+            e = predict_epoch(p, algo, graph, model, costs, law, net, ranks_per_node=ranks_per_node,
+                              apply=apply)
+            rows.append({"algo": algo, "apply": e.apply, "P": p, "rf": e.replication_factor,
+                         "epoch_s": e.total_s,
                          "speedup": base / e.total_s, "aggregate_s": e.aggregate_s, "dense_s": e.dense_s,
                          "exchange_s": e.exchange_s, "allreduce_s": e.allreduce_s, "dominant": e.dominant()})
     return rows

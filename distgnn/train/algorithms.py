@@ -56,3 +56,28 @@ def parse_algorithm(name: str) -> Algorithm:
     if match.group(2):
         return Algorithm(name, 0, exchange=True, original=False)
     return Algorithm(name, int(match.group(3)), exchange=True, original=bool(match.group(4)))
+
+
+#: where the dense work runs (``--apply``); see docs/design.md, "Where the dense work runs"
+APPLY_MODES = ("auto", "root", "replicas")
+
+
+def resolve_apply(apply: str, algorithm: Algorithm) -> str:
+    """``root`` or ``replicas`` for ``--apply`` (``auto``: ``root`` for cd-0 and cd-<r>;
+    ``replicas`` for 0c and cd-<r>-orig, DistGNN's schemes); asking ``root`` for those two is
+    refused in one line."""
+    if apply not in APPLY_MODES:
+        raise DistgnnError(f"--apply must be one of {', '.join(APPLY_MODES)}, got {apply!r}")
+    runs_at_root = algorithm.exchange and not algorithm.original
+    if apply == "auto":
+        return "root" if runs_at_root else "replicas"
+    if apply == "root" and not runs_at_root:
+        raise DistgnnError(f"--apply root: {algorithm.name} is DistGNN's scheme, which runs the "
+                           f"dense work on every replica (use --apply replicas, or auto)")
+    return apply
+
+
+def run_name(algo: str, apply: str = "auto") -> str:
+    """Run folder name: the algorithm, plus ``-<apply>`` when ``--apply`` is not ``auto`` (so runs
+    of both modes coexist: ``cd-0``, ``cd-0-replicas``)."""
+    return algo if apply == "auto" else f"{algo}-{apply}"

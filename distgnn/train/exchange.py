@@ -36,7 +36,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import torch
 
 from distgnn import ops
@@ -56,14 +55,29 @@ class _Delivered:
         return self.rows
 
 
-def _subset_plan(plan: RowPlan, keep: torch.Tensor) -> RowPlan:
-    """The rows of ``plan`` where ``keep`` (bool, one per row) holds, groups kept in order."""
-    group = np.repeat(np.arange(len(plan.offsets) - 1), plan.counts)
-    keep_np = keep.numpy()
-    counts = np.bincount(group[keep_np], minlength=len(plan.offsets) - 1)
-    offsets = np.zeros(len(plan.offsets), dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    return RowPlan(plan.ids[keep], offsets)
+def complete_pending(pending_maps) -> None:
+    """Wait for every message of ``{step: message}`` maps, replacing each by its payload."""
+    for pending in pending_maps:
+        for step, message in list(pending.items()):
+            pending[step] = _Delivered(message.wait())
+
+
+def received(pending: dict[int, Any]) -> dict[int, torch.Tensor]:
+    """The payloads of a completed ``{step: message}`` map (for a checkpoint)."""
+    return {step: message.wait() for step, message in pending.items()}
+
+
+def delivered(payloads: dict[int, torch.Tensor]) -> dict[int, _Delivered]:
+    """The ``{step: message}`` map of payloads restored from a checkpoint."""
+    return {step: _Delivered(rows) for step, rows in payloads.items()}
+
+
+def scale_aggregate(a: torch.Tensor, h: torch.Tensor, degree: torch.Tensor, norm: str) -> torch.Tensor:
+    """The degree scaling of a summed aggregate ``a`` [n, w]: ``mean`` a / max(deg, 1), ``gcn``
+    (a + h) / (deg + 1) with h [n, w] the rows' own layer input; degree float32 [n]."""
+    if norm == "gcn":
+        return (a + h) / (degree + 1.0).unsqueeze(1)
+    return a / degree.clamp(min=1.0).unsqueeze(1)
 
 
 class _LocalSum(torch.autograd.Function):
@@ -90,10 +104,13 @@ def _reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, 
     if comm.size == 1:
         return x
     with timers("exchange_wait"):
-        received = comm.exchange_rows(x[part.leaf_send.ids], part.leaf_send, part.root_recv, kind)
+        direction = (lambda d: None) if kind == "eval" else (lambda d: d)
+        received = comm.exchange_rows(x[part.leaf_send.ids], part.leaf_send, part.root_recv, kind,
+                                      direction("reduce"))
         total = x.clone()
         total.index_add_(0, part.root_recv.ids, received)
-        back = comm.exchange_rows(total[part.root_recv.ids], part.root_recv, part.leaf_send, kind)
+        back = comm.exchange_rows(total[part.root_recv.ids], part.root_recv, part.leaf_send, kind,
+                                  direction("broadcast"))
         total[part.leaf_send.ids] = back
     return total
 
@@ -152,8 +169,8 @@ class DistributedAggregation:
         if algorithm.delay > 0:
             g = part.local_to_global
             for b in range(r):
-                self.bins_leaf.append(_subset_plan(part.leaf_send, (g[part.leaf_send.ids] % r) == b))
-                self.bins_root.append(_subset_plan(part.root_recv, (g[part.root_recv.ids] % r) == b))
+                self.bins_leaf.append(part.leaf_send.subset((g[part.leaf_send.ids] % r) == b))
+                self.bins_root.append(part.root_recv.subset((g[part.root_recv.ids] % r) == b))
 
     # -- public ------------------------------------------------------------------------------
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
@@ -179,17 +196,15 @@ class DistributedAggregation:
     def finish(self) -> None:
         """Complete every message still in flight (before a checkpoint or MPI finalize)."""
         with self.timers("exchange_wait"):
-            for state in self.layers.values():
-                for pending in (state.pending_to_root, state.pending_to_leaf):
-                    for step, message in list(pending.items()):
-                        pending[step] = _Delivered(message.wait())
+            complete_pending(m for s in self.layers.values()
+                             for m in (s.pending_to_root, s.pending_to_leaf))
 
     def state_dict(self) -> dict[str, Any]:
         """Step counters, R, delivery flags and received payloads (call :meth:`finish` first)."""
         self.finish()
         return {layer: {"step": s.step, "remote": s.remote, "delivered": s.delivered,
-                        "pending_to_root": {k: v.wait() for k, v in s.pending_to_root.items()},
-                        "pending_to_leaf": {k: v.wait() for k, v in s.pending_to_leaf.items()}}
+                        "pending_to_root": received(s.pending_to_root),
+                        "pending_to_leaf": received(s.pending_to_leaf)}
                 for layer, s in self.layers.items()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -197,8 +212,8 @@ class DistributedAggregation:
         for layer, s in state.items():
             self.layers[int(layer)] = DelayedLayerState(
                 step=s["step"], remote=s["remote"], delivered=s["delivered"],
-                pending_to_root={k: _Delivered(v) for k, v in s["pending_to_root"].items()},
-                pending_to_leaf={k: _Delivered(v) for k, v in s["pending_to_leaf"].items()})
+                pending_to_root=delivered(s["pending_to_root"]),
+                pending_to_leaf=delivered(s["pending_to_leaf"]))
 
     # -- internals ---------------------------------------------------------------------------
     def _can_settle(self, layer: int) -> bool:
@@ -208,9 +223,7 @@ class DistributedAggregation:
         return self.algorithm.delay == 0 or self.layers[layer].step >= 3 * self.algorithm.delay
 
     def _scale(self, a: torch.Tensor, h: torch.Tensor, degree: torch.Tensor) -> torch.Tensor:
-        if self.norm == "gcn":
-            return (a + h) / (degree + 1.0).unsqueeze(1)
-        return a / degree.clamp(min=1.0).unsqueeze(1)
+        return scale_aggregate(a, h, degree, self.norm)
 
     def _delayed(self, layer: int, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cd-r and cd-r-orig at this layer's current training step; returns (a, degree)."""
@@ -238,7 +251,7 @@ class DistributedAggregation:
                     total = fresh[root_ids] + remote[root_ids]
                     reply = total if original else total - from_leaves
                     state.pending_to_leaf[e] = self.comm.exchange_rows_async(
-                        reply, root_plan, leaf_plan, "forward")
+                        reply, root_plan, leaf_plan, "forward", "broadcast")
                     state.delivered[root_ids] = True
                     if original:
                         extra_rows = (root_ids, remote[root_ids].clone())
@@ -251,7 +264,7 @@ class DistributedAggregation:
                         keep = leaf_ids
                 if horizon is None or e < horizon:
                     state.pending_to_root[e] = self.comm.exchange_rows_async(
-                        fresh[leaf_plan.ids], leaf_plan, root_plan, "forward")
+                        fresh[leaf_plan.ids], leaf_plan, root_plan, "forward", "reduce")
         state.step += 1
         if not original:
             return p + remote, self.global_degree

@@ -16,6 +16,10 @@ starting ``distgnn train`` (it reads only attributes: no array is loaded). Compo
   [n_k, w] and the payloads in flight (r steps of leaf->root and root->leaf rows);
 * ``optimizer``: parameters, gradients, the flat all-reduce buffer and Adam's two moments.
 
+Under apply-at-root (``apply`` resolving to ``root``) the dense rows are the part's roots: the input
+cache and the saved activations count n_roots rows, while the features, the source table and the
+local partials of the widest layer still count all n_k rows.
+
 Calibrated against measured ``peak_rss_bytes`` (``bench/full_size.py`` prints the ratio); the
 constants below name the counts of [n_k, width] float32 tensors they stand for.
 """
@@ -80,6 +84,7 @@ class PartShape:
     num_parts: int
     num_leaves: int     #: leaf replicas on this part (rows this rank sends to roots)
     num_split: int      #: split vertices with a replica here (leaves + split roots)
+    num_roots: int = 0  #: roots on this part (the dense rows under apply-at-root)
 
 
 def _algo_delay(algo: str) -> tuple[bool, int]:
@@ -103,24 +108,27 @@ def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int) ->
 
 
 def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int = 0,
-                   baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True) -> MemoryEstimate:
+                   baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
+                   apply: str = "auto") -> MemoryEstimate:
     """The estimate for a part given by its figures (pure arithmetic; see the module docstring)."""
+    from distgnn.train.algorithms import parse_algorithm, resolve_apply
+
     f32, i64, i32 = 4, 8, 4
     n, m = shape.n, shape.m
+    algorithm = parse_algorithm(algo)
+    at_root = resolve_apply(apply, algorithm) == "root"
+    dense = shape.num_roots if at_root and shape.num_roots else n   # rows of the dense work
     exchanges, delay = _algo_delay(algo)
     widths = layer_widths(shape.feat_dim, hidden, shape.num_classes, layers)
     label = n * shape.num_classes * f32 if shape.multilabel else n * i64
-    from distgnn.train.algorithms import parse_algorithm
-
-    kept = input_cache and parse_algorithm(algo).keeps_own_input_aggregate(
+    kept = input_cache and not at_root and algorithm.keeps_own_input_aggregate(
         shape.num_parts, widths[0][0], widths[0][1])
-    copies = 1 + int(input_cache) + int(kept)
-    features = n * shape.feat_dim * f32 * copies + label + 4 * n  # + masks, is_root
+    features = (n + dense * (int(input_cache) + int(kept))) * shape.feat_dim * f32 + label + 4 * n
     plans = 2 * shape.num_leaves * i64 if shape.num_parts > 1 else 0
     graph = 2 * (n + 1) * i64 + 2 * m * i32 + 2 * n * i64 + 2 * n * f32 + plans
     saved = sum(SAVED_PER_HIDDEN_LAYER * o for _, o, _ in widths[:-1]) + 2 * shape.num_classes
     working = max(WORKING_SET_TENSORS * max(a, o) for _, o, a in widths)
-    activations = n * (saved + working) * f32
+    activations = (dense * saved + n * working) * f32
     exchange = 0
     if exchanges and shape.num_parts > 1:
         widest = max(a for _, _, a in widths)
@@ -148,28 +156,31 @@ def read_part_shape(partdir: str | os.PathLike, k: int) -> PartShape:
                          num_classes=int(attrs["num_classes"]),
                          multilabel=bool(attrs.get("multilabel", False)), num_parts=int(attrs["P"]),
                          num_leaves=int(attrs.get("num_leaves", 0)),
-                         num_split=int(attrs.get("num_split", 0)))
+                         num_split=int(attrs.get("num_split", 0)),
+                         num_roots=int(attrs.get("num_roots", 0)))
     except KeyError as exc:
         raise DistgnnError(f"{path}: attribute {exc} missing (rebuild the partition)") from None
 
 
 def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden: int, algo: str,
-                         baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True) -> int:
+                         baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
+                         apply: str = "auto") -> int:
     """Estimated peak resident bytes of rank ``k`` training ``partdir`` (GraphSAGE ``layers`` x
-    ``hidden``, algorithm ``algo``, layer 0's input aggregate cached or not)."""
+    ``hidden``, algorithm ``algo``, layer 0's input aggregate cached or not, ``--apply``)."""
     return estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                          input_cache).total
+                          input_cache, apply).total
 
 
 def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int, algo: str,
                         baseline: int = DEFAULT_BASELINE_BYTES,
-                        input_cache: bool = True) -> list[MemoryEstimate]:
+                        input_cache: bool = True, apply: str = "auto") -> list[MemoryEstimate]:
     """The estimate of every rank of a run (one per part); ``max(e.total for e in ...)`` is the
     figure to compare with the memory per rank."""
     from distgnn.train.partition_data import read_num_parts
 
     num_parts = read_num_parts(partdir)
-    return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline, input_cache)
+    return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
+                           input_cache, apply)
             for k in range(num_parts)]
 
 
@@ -214,13 +225,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--algo", default="cd-0")
     p.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
+    p.add_argument("--apply", default="auto", help="as distgnn train --apply (default: auto)")
     p.add_argument("--measure-baseline", action="store_true", help="measure the interpreter baseline")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
         baseline = measure_baseline() if args.measure_baseline else DEFAULT_BASELINE_BYTES
         estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo, baseline,
-                                        not args.no_input_cache)
+                                        not args.no_input_cache, args.apply)
     except DistgnnError as exc:
         print(f"memory_estimate: error: {exc}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ import torch
 
 from distgnn.comm import RowPlan
 from distgnn.errors import DistgnnError
+from distgnn.partition.layout import check_layout
 from distgnn.zarr_io import open_checked, read
 
 PART_ARRAYS = ("local_to_global", "indptr", "indices", "t_indptr", "t_indices", "in_degree_global",
@@ -44,6 +45,11 @@ class PartitionData:
         return int(self.local_to_global.shape[0])
 
     @property
+    def num_roots(self) -> int:
+        """n_roots: local ids [0, n_roots) are this part's roots (layout version 2)."""
+        return int(self.attrs["n_roots"])
+
+    @property
     def local_degree(self) -> torch.Tensor:
         """In-degree over this partition's edges only, int64 [n_k]."""
         return self.indptr[1:] - self.indptr[:-1]
@@ -73,6 +79,7 @@ def load_partition(partition_dir: str | os.PathLike, k: int) -> PartitionData:
     if not path.exists():
         raise DistgnnError(f"{path}: missing part (partition folder incomplete)")
     group = open_checked(path, PART_ARRAYS)
+    check_layout(path, dict(group.attrs))
     arrays = {name: read(group[name], slice(None), f"{path}/{name}") for name in PART_ARRAYS}
     attrs = dict(group.attrs)
     t = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in arrays.items()}

@@ -27,8 +27,10 @@ from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.models import GraphSAGE
 from distgnn.precision import check_precision, dense_autocast, in_float32
 from distgnn.train import checkpoint as ckpt
-from distgnn.train.algorithms import Algorithm, parse_algorithm
+from distgnn.models import linear_first
+from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply, run_name
 from distgnn.train.exchange import DistributedAggregation
+from distgnn.train.root_exchange import RootAggregation
 from distgnn.train.metrics import loss_sum, mean_roc_auc
 from distgnn.train.partition_data import PartitionData, load_partition, read_num_parts
 from distgnn.train.provenance import git_commit, slurm_job_id, versions
@@ -58,16 +60,22 @@ class TrainConfig:
     memory_check: bool = True
     precision: str = "fp32"
     input_cache: bool = True   #: compute layer 0's aggregate of the input features once
+    apply: str = "auto"        #: where the dense work runs: auto, root or replicas
+    delayed_gradients: bool = False   #: cd-r under root: gradients travel back r steps late
 
     def hyperparameters(self) -> dict[str, Any]:
-        """The settings a checkpoint must agree with (run length and I/O cadence may change)."""
+        """The settings a checkpoint must agree with (run length and I/O cadence may change);
+        ``apply`` as resolved (``root`` or ``replicas``)."""
         keep = ("algo", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
-                "precision")
-        return {k: v for k, v in asdict(self).items() if k in keep}
+                "precision", "delayed_gradients")
+        out = {k: v for k, v in asdict(self).items() if k in keep}
+        out["apply"] = resolve_apply(self.apply, parse_algorithm(self.algo))
+        return out
 
 
-def default_run_dir(attrs: dict[str, Any], algo: str) -> Path:
-    return Path("runs") / str(attrs["store"]) / f"{attrs['method']}-{attrs['P']}" / algo
+def default_run_dir(attrs: dict[str, Any], algo: str, apply: str = "auto") -> Path:
+    return (Path("runs") / str(attrs["store"]) / f"{attrs['method']}-{attrs['P']}"
+            / run_name(algo, apply))
 
 
 def steady_start(algorithm: Algorithm, epochs: int) -> int:
@@ -81,7 +89,9 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _check_config(config: TrainConfig) -> Algorithm:
+def check_config(config: TrainConfig) -> Algorithm:
+    """The algorithm of a valid configuration; a bad option raises one line naming it (called
+    before MPI starts, and again by every rank)."""
     algorithm = parse_algorithm(config.algo)
     if config.epochs < 1:
         raise DistgnnError(f"--epochs must be >= 1, got {config.epochs}")
@@ -93,7 +103,15 @@ def _check_config(config: TrainConfig) -> Algorithm:
         raise DistgnnError(f"--aggregator must be mean or gcn, got {config.aggregator}")
     if not 0.0 <= config.dropout < 1.0:
         raise DistgnnError(f"--dropout must lie in [0, 1), got {config.dropout}")
+    if not (config.lr > 0.0 and math.isfinite(config.lr)):
+        raise DistgnnError(f"--lr must be a positive number, got {config.lr}")
+    if not config.weight_decay >= 0.0:
+        raise DistgnnError(f"--weight-decay must be >= 0, got {config.weight_decay}")
     check_precision(config.precision)
+    apply = resolve_apply(config.apply, algorithm)
+    if config.delayed_gradients and not (algorithm.delay > 0 and apply == "root"):
+        raise DistgnnError(f"--delayed-gradients: only for cd-<r> under --apply root (got "
+                           f"{config.algo} under {apply})")
     if config.eval_every < 0 or config.checkpoint_every < 0:
         raise DistgnnError("--eval-every and --checkpoint-every must be >= 0")
     return algorithm
@@ -105,7 +123,7 @@ class Trainer:
     def __init__(self, partition_dir: str | os.PathLike, config: TrainConfig,
                  run_dir: str | os.PathLike | None = None, comm: Communicator | None = None):
         self.config = config
-        self.algorithm = _check_config(config)
+        self.algorithm = check_config(config)
         self.comm = comm or Communicator()
         self.partition_dir = Path(partition_dir)
         num_parts = read_num_parts(self.partition_dir)
@@ -117,7 +135,8 @@ class Trainer:
         self.part: PartitionData = load_partition(self.partition_dir, self.comm.rank)
         self._check_consistency()
         attrs = self.part.attrs
-        self.run_dir = Path(run_dir) if run_dir else default_run_dir(attrs, config.algo)
+        self.apply = resolve_apply(config.apply, self.algorithm)
+        self.run_dir = Path(run_dir) if run_dir else default_run_dir(attrs, config.algo, config.apply)
         self.multilabel = bool(attrs.get("multilabel", False))
         self.num_classes = int(attrs["num_classes"])
         self.timers = Timers()
@@ -127,17 +146,30 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.model = GraphSAGE(self.part.feat.shape[1], config.hidden, self.num_classes,
                                config.layers, config.aggregator, config.dropout)
-        # layer 0 aggregating first sees the constant features (no dropout before it): with the
-        # input cache on, 0c and cd-r keep their own layer-0 aggregate once it stops changing
         first = self.model.layers[0]
-        constant = {0} if config.input_cache and self.algorithm.keeps_own_input_aggregate(
-            self.comm.size, first.in_dim, first.out_dim) else set()
-        self.aggregation = DistributedAggregation(self.part, self.algorithm, config.aggregator,
-                                                  self.comm, self.eval_comm, self.timers,
-                                                  config.threads, frozenset(constant))
+        #: rows the dense work runs on: this part's roots under apply-at-root (a prefix of the
+        #: local ids), every local vertex under replicas
+        self.rows = self.part.num_roots if self.apply == "root" else self.part.num_local
+        self.x = self.part.feat[:self.rows]
+        if self.apply == "root":
+            # layer 0 aggregating first reads the stored features, which every replica has; with
+            # the input cache on, cd-r keeps its own aggregate of them once it settles
+            stored = frozenset() if linear_first(first.in_dim, first.out_dim) else frozenset({0})
+            self.aggregation = RootAggregation(
+                self.part, config.aggregator, self.comm, self.eval_comm, self.timers,
+                config.threads, stored, self.algorithm.delay,
+                stored if config.input_cache else frozenset(), config.delayed_gradients)
+        else:
+            # layer 0 aggregating first sees the constant features (no dropout before it): with
+            # the input cache on, 0c and cd-r keep their own layer-0 aggregate once it settles
+            constant = {0} if config.input_cache and self.algorithm.keeps_own_input_aggregate(
+                self.comm.size, first.in_dim, first.out_dim) else set()
+            self.aggregation = DistributedAggregation(self.part, self.algorithm, config.aggregator,
+                                                      self.comm, self.eval_comm, self.timers,
+                                                      config.threads, frozenset(constant))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr,
                                           weight_decay=config.weight_decay)
-        train_mask = self.part.masks["train_mask"]
+        train_mask = self.part.masks["train_mask"][:self.rows]  # true only at roots
         self.global_train_count = int(self.comm.sum(int(train_mask.sum())))
         if self.global_train_count == 0:
             raise CollectiveError(f"{self.partition_dir}: no training vertex (train_mask is empty)")
@@ -156,7 +188,7 @@ class Trainer:
         start = time.perf_counter()
         self.aggregation.training = False
         with torch.no_grad():
-            self.input_aggregate = self.aggregation(0, self.part.feat)
+            self.input_aggregate = self.aggregation(0, self.x)
         self.aggregation.training = True
         self.timers.reset()
         self.input_cache_time_s = self.comm.max(time.perf_counter() - start)
@@ -169,7 +201,7 @@ class Trainer:
 
         c = self.config
         mine = estimate_rank_memory(self.partition_dir, self.comm.rank, c.layers, c.hidden, c.algo,
-                                    input_cache=c.input_cache)
+                                    input_cache=c.input_cache, apply=c.apply)
         need, available = self.comm.node_sum_and_min(mine, available_memory_bytes())
         ratio, need, available = self.comm.max((need / max(available, 1), need, available))
         if available and ratio > 1.0:
@@ -204,12 +236,13 @@ class Trainer:
         p, seed, gids = self.config.dropout, self.config.seed, self.part.local_to_global
 
         def apply(layer: int, h: torch.Tensor) -> torch.Tensor:
-            return ops.dropout(h, p, seed, epoch, layer, gids, training=True,
+            # h holds the first rows of the part (its roots under apply-at-root, or all)
+            return ops.dropout(h, p, seed, epoch, layer, gids[:h.shape[0]], training=True,
                                threads=self.config.threads)
         return apply
 
     def _forward(self, dropout) -> torch.Tensor:
-        """Logits [n_local, classes] in float32 (dense work in bf16 under --precision bf16)."""
+        """Logits [rows, classes] in float32 (rows: the roots under apply-at-root, else all local) (dense work in bf16 under --precision bf16)."""
         aggregate = in_float32(self.aggregation) if self.config.precision != "fp32" else self.aggregation
         if dropout is not None and self.config.precision != "fp32":
             dropout = in_float32(dropout)
@@ -217,7 +250,7 @@ class Trainer:
         if self.aggregation.training and not self.algorithm.trains_with_input_cache(self.comm.size):
             cached = None
         with dense_autocast(self.config.precision):
-            logits = self.model(self.part.feat, aggregate, dropout, x_aggregate=cached)
+            logits = self.model(self.x, aggregate, dropout, x_aggregate=cached)
         return logits.float()
 
     def _train_step(self, epoch: int) -> float:
@@ -248,7 +281,7 @@ class Trainer:
         logits = self._forward(None)
         out = {}
         for name, key in (("train", "train_mask"), ("val", "val_mask"), ("test", "test_mask")):
-            ids = torch.nonzero(self.part.masks[key]).flatten()
+            ids = torch.nonzero(self.part.masks[key][:self.rows]).flatten()
             if self.multilabel:
                 gathered = self.eval_comm.gather((logits[ids].numpy(), self.part.label[ids].numpy()))
                 value = None
@@ -362,10 +395,11 @@ class Trainer:
             if metrics_file is not None:
                 metrics_file.close()
         self.aggregation.finish()
-        self.comm.barrier()
+        peaks = self.comm.gather(_peak_rss_bytes())
         if self.comm.rank != 0:
             return None
         summary = self._summary(records)
+        summary["peak_rss_bytes_by_rank"] = peaks
         ckpt.atomic_torch_save({"model": self.model.state_dict(), "config": asdict(self.config),
                                 "in_dim": int(self.part.feat.shape[1]),
                                 "num_classes": self.num_classes}, self.run_dir / "model.pt")
@@ -380,7 +414,8 @@ class Trainer:
         loss = self._train_step(epoch)
         elapsed = time.perf_counter() - start
         parts = self.timers.reset()
-        sent = {k: comm.bytes_sent.get(k, 0) - before.get(k, 0) for k in ("forward", "backward", "gradients")}
+        sent = {k: comm.bytes_sent.get(k, 0) - before.get(k, 0)
+                for k in ("forward", "backward", "gradients", "broadcast", "reduce")}
         aggregate = parts.get("aggregate", 0.0)
         wait = parts.get("exchange_wait", 0.0)
         allreduce = parts.get("allreduce", 0.0)
@@ -395,6 +430,8 @@ class Trainer:
             "bytes_forward": comm.sum(sent["forward"]),
             "bytes_backward": comm.sum(sent["backward"]),
             "bytes_gradients": comm.sum(sent["gradients"]),
+            "bytes_broadcast": comm.sum(sent["broadcast"]),
+            "bytes_reduce": comm.sum(sent["reduce"]),
         }
         every = self.config.eval_every
         if every and ((epoch + 1) % every == 0 or epoch + 1 == self.config.epochs):
@@ -422,6 +459,7 @@ class Trainer:
             "method": attrs.get("method"),
             "num_parts": int(attrs.get("P")),
             "algo": self.config.algo,
+            "apply": self.apply,
             "epochs": self.config.epochs,
             "hyperparameters": self.config.hyperparameters(),
             "seeds": {"model": self.config.seed, "partition": attrs.get("seed")},
@@ -439,6 +477,8 @@ class Trainer:
             "bytes_forward": mean("bytes_forward"),
             "bytes_backward": mean("bytes_backward"),
             "bytes_gradients": mean("bytes_gradients"),
+            "bytes_broadcast": mean("bytes_broadcast"),
+            "bytes_reduce": mean("bytes_reduce"),
             "peak_rss_bytes": max(r["peak_rss_bytes"] for r in records) if records else None,
         }
 

@@ -1,9 +1,13 @@
-"""Run under ``mpiexec -n 3``: drive DistributedAggregation on a hand-built three-part graph and
-print (rank 0) every split vertex's aggregate at every step, as JSON.
+"""Run under ``mpiexec -n 3``: drive DistributedAggregation (``--apply replicas``) or
+RootAggregation (``--apply root``) on a hand-built three-part graph and print (rank 0) the
+aggregates at every step, as JSON: every split vertex's on each of its replicas (replicas), or
+every root's (root).
 
 Global graph (u -> v), split vertices 0 (root part 0, leaves on 1 and 2), 5 (root part 1, leaf on
 2) and 4 (root part 2, leaf on 0):
-    part 0: 1->0, 6->0, 1->4        part 1: 2->0, 2->5, 7->5        part 2: 3->0, 3->5, 3->4
+    part 0: 1->0, 6->0, 1->4, 4->1   part 1: 2->0, 2->5, 7->5   part 2: 3->0, 3->5, 3->4, 0->3
+The edges 4->1 and 0->3 have a leaf as their source, so under root the leaves' copies of their
+roots' rows are read. Local ids: each part's roots first, then its leaves (layout version 2).
 """
 import json
 import sys
@@ -15,10 +19,12 @@ from distgnn.comm import Communicator, RowPlan
 from distgnn.train.algorithms import parse_algorithm
 from distgnn.train.exchange import DistributedAggregation
 from distgnn.train.partition_data import PartitionData
+from distgnn.train.root_exchange import RootAggregation
 from distgnn.train.timers import Timers
 
-EDGES = {0: [(1, 0), (6, 0), (1, 4)], 1: [(2, 0), (2, 5), (7, 5)], 2: [(3, 0), (3, 5), (3, 4)]}
-VERTICES = {0: [0, 1, 4, 6], 1: [0, 2, 5, 7], 2: [0, 3, 4, 5]}
+EDGES = {0: [(1, 0), (6, 0), (1, 4), (4, 1)], 1: [(2, 0), (2, 5), (7, 5)],
+         2: [(3, 0), (3, 5), (3, 4), (0, 3)]}
+VERTICES = {0: [0, 1, 6, 4], 1: [2, 5, 7, 0], 2: [3, 4, 0, 5]}   #: roots first, then leaves
 ROOT = {0: 0, 5: 1, 4: 2}
 GLOBAL_IN_DEGREE = {0: 4, 5: 3, 4: 2}
 NUM_GLOBAL, WIDTH = 8, 2
@@ -63,10 +69,11 @@ def build(k: int, parts: int) -> PartitionData:
     degree = torch.tensor([GLOBAL_IN_DEGREE.get(g, 0) or sum(1 for p in EDGES.values() for e in p if e[1] == g)
                            for g in VERTICES[k]], dtype=torch.int64)
     empty = torch.zeros(n, dtype=torch.bool)
+    is_root = [ROOT.get(g, k) == k for g in VERTICES[k]]
     return PartitionData(
-        k=k, num_parts=parts, attrs={}, local_to_global=torch.tensor(VERTICES[k]),
+        k=k, num_parts=parts, attrs={"n_roots": sum(is_root)}, local_to_global=torch.tensor(VERTICES[k]),
         indptr=indptr, indices=indices, t_indptr=t_indptr, t_indices=t_indices,
-        in_degree_global=degree, is_root=torch.tensor([ROOT.get(g, k) == k for g in VERTICES[k]]),
+        in_degree_global=degree, is_root=torch.tensor(is_root),
         feat=torch.zeros(n, WIDTH), label=torch.zeros(n, dtype=torch.int64),
         masks={"train_mask": empty, "val_mask": empty, "test_mask": empty},
         leaf_send=plan(leaf_groups), root_recv=plan(root_groups))
@@ -77,25 +84,34 @@ def features(step: int) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(step).standard_normal((NUM_GLOBAL, WIDTH)))
 
 
-def run(comm: Communicator, algo: str, steps: int) -> list | None:
+def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     part = build(comm.rank, comm.size)
-    agg = DistributedAggregation(part, parse_algorithm(algo), "mean", comm, comm.dup(), Timers(), 1)
+    algorithm = parse_algorithm(algo)
+    if apply == "root":
+        agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay)
+        rows = part.num_roots
+    else:
+        agg = DistributedAggregation(part, algorithm, "mean", comm, comm.dup(), Timers(), 1)
+        rows = part.num_local
     out = []
     for step in range(steps):
-        h = features(step)[part.local_to_global].float()
+        h = features(step)[part.local_to_global[:rows]].float()
         a = agg(0, h)
-        out.append({int(g): a[i].tolist() for i, g in enumerate(VERTICES[comm.rank]) if g in ROOT})
+        out.append({int(g): a[i].tolist() for i, g in enumerate(VERTICES[comm.rank][:rows])
+                    if apply == "root" or g in ROOT})
     agg.finish()
     return comm.gather(out)
 
 
 def main() -> None:
-    """argv: ALGO:STEPS ... ; prints {algo: values[rank][step][vertex]} on rank 0."""
+    """argv: ALGO[@APPLY]:STEPS ... (APPLY: replicas, the default, or root); prints
+    {spec before ':': values[rank][step][vertex]} on rank 0."""
     comm = Communicator()
     results = {}
     for spec in sys.argv[1:]:
-        algo, steps = spec.split(":")
-        results[algo] = run(comm, algo, int(steps))
+        name, steps = spec.split(":")
+        algo, _, apply = name.partition("@")
+        results[name] = run(comm, algo, int(steps), apply or "replicas")
     if comm.rank == 0:
         print(json.dumps(results))
 

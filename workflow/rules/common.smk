@@ -1,6 +1,7 @@
 # Helpers shared by all stages: store names, target lists, command-line options.
 from distgnn.data.graph_store import store_name
 from distgnn.report.make import REPORT_FILES  # the files every report writes
+from distgnn.train.algorithms import run_name
 
 
 def datasets_by_store():
@@ -48,12 +49,25 @@ def train_options():
     options = [f"--{f.replace('_', '-')} {t[f]}" for f in flags if f in t]
     if not t.get("input_cache", True):
         options.append("--no-input-cache")
+    if t.get("apply", "auto") != "auto":
+        options.append(f"--apply {t['apply']}")
+    if t.get("delayed_gradients", False):
+        options.append("--delayed-gradients")
     return " ".join(options)
 
 
 def run_files(store, method, P, algo):
-    return [f"runs/{store}/{method}-{P}/{algo}/{name}"
+    """A run's outputs; its folder is the algorithm plus -<apply> when train.apply is not auto."""
+    run = run_name(algo, config["train"].get("apply", "auto"))
+    return [f"runs/{store}/{method}-{P}/{run}/{name}"
             for name in ("metrics.jsonl", "summary.json", "model.pt")]
+
+
+def algo_of_run(wildcards):
+    """The algorithm of a run folder name (its -<apply> suffix removed)."""
+    apply = config["train"].get("apply", "auto")
+    suffix = "" if apply == "auto" else f"-{apply}"
+    return wildcards.algo[: len(wildcards.algo) - len(suffix)]
 
 
 def store_runs(wildcards):

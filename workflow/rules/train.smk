@@ -17,6 +17,7 @@ rule train:
         "logs/train/{store}/{method}-{P}/{algo}.log",
     params:
         partdir=part_dir,
+        algo=algo_of_run,
         rundir=lambda wildcards, output: os.path.dirname(output.summary),
         options=train_options(),
         submitit="logs/submitit/{store}/{method}-{P}/{algo}",
@@ -26,6 +27,6 @@ rule train:
         launch_executor="local",
         submitit_preset="local",
     shell:
-        "distgnn launch {params.partdir} --algo {wildcards.algo}"
+        "distgnn launch {params.partdir} --algo {params.algo}"
         " --executor {resources.launch_executor} --preset {resources.submitit_preset}"
         " --log-dir {params.submitit} --out {params.rundir} {params.options} > {log} 2>&1"

@@ -1,0 +1,335 @@
+"""Apply at the root (``--apply root``): each vertex's dense work runs once, on the rank holding its
+root, as PowerGraph applies a vertex program at the master (docs/design.md, "Where the dense work
+runs").
+
+Layout: a part's roots are its first ``n_roots`` local ids (layout version 2), so the rows a rank
+applies the layer to are a prefix of its local rows. One layer's aggregation under ``root``:
+
+1. **broadcast** -- the roots' layer input h [n_roots, w] (``W_neigh h`` for a layer that maps
+   first) is sent to the leaf replicas that use it as a source (leaves with local out-edges),
+   giving the source table [n_k, w]. A layer whose input is the stored features (layer 0 when it
+   aggregates first) reads them instead: every replica has them, nothing is sent.
+2. **local sum** -- the native kernel over the part's own edges, p [n_k, w].
+3. **reduce** -- leaves with local in-edges send their partial to the root; the root adds them to
+   its own: a [n_roots, w], then the degree scaling (global in-degree; the gcn self term h_v).
+
+Backward is the adjoint, so cd-0 under ``root`` equals one-process training: a reduce's gradient
+goes back from the root to the leaves that sent partials (the kernel on the transpose then runs on
+every part), and a broadcast's gradient, summed over the leaves that used the row, comes back to
+the root. Only rows that carry something move: a leaf without local in-edges sends no partial and
+a leaf without local out-edges gets no source row; which leaves those are, the roots learn once at
+load time (:func:`root_plans`, one exchange of two flags per leaf).
+
+**cd-r under root** (r >= 1). Split vertex v is in bin ``global_id(v) mod r``; at a layer's
+training step e, bin ``e mod r`` moves, non-blocking: the roots post their current row of each
+bin-b vertex to its leaves (broadcast) and the leaves post their partial of each bin-b vertex to
+its root (reduce); every message is consumed r steps after it was posted, at the start of step
+e + r, before that step's local sum. So a leaf's copy of a root's row is r to 2r - 1 steps old,
+and a root aggregates ``a = p_root(e) + R`` where R, the sum of its leaves' last delivered
+partials, is r to 2r - 1 steps old. Before the first delivery a copy and R are zero. Copies and R
+are constants in backward: no gradient travels between replicas (docs/design.md gives the
+measurement behind this rule). From step r on, forward bytes per epoch are 1/r of cd-0's.
+A layer whose input is the stored features sends no broadcast; when it is also constant in
+training (``constant_layers``: the trainer's input cache on), its partials never change, so it
+posts them only at steps < r and, from step 2r on, when every bin's R has arrived, returns its kept
+aggregate without the kernel or messages.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from distgnn.comm import Communicator, RowPlan
+from distgnn.train.exchange import (_LocalSum, complete_pending, delivered, received,
+                                    scale_aggregate)
+from distgnn.train.partition_data import PartitionData
+from distgnn.train.timers import Timers
+
+
+@dataclass
+class RootPlans:
+    """The row plans of apply-at-root, each a sub-plan of the part's stored plan (same order)."""
+
+    reduce_leaf: RowPlan    #: my leaves with local in-edges, grouped by the rank of their root
+    reduce_root: RowPlan    #: my roots' rows that receive those partials, grouped by leaf rank
+    bcast_leaf: RowPlan     #: my leaves with local out-edges (they need their root's row)
+    bcast_root: RowPlan     #: my roots' rows sent to those leaves, grouped by leaf rank
+
+
+def root_plans(part: PartitionData, comm: Communicator) -> RootPlans:
+    """Prune the stored plan to the rows that move (collective: one exchange of flags)."""
+    leaves = part.leaf_send.ids
+    out_degree = part.t_indptr[1:] - part.t_indptr[:-1]
+    has_in = part.local_degree[leaves] > 0
+    has_out = out_degree[leaves] > 0
+    flags = torch.stack([has_in, has_out], dim=1).to(torch.float32)
+    if comm.size > 1:
+        at_root = comm.exchange_rows(flags, part.leaf_send, part.root_recv, "setup") > 0
+    else:
+        at_root = torch.zeros((0, 2), dtype=torch.bool)
+    return RootPlans(part.leaf_send.subset(has_in), part.root_recv.subset(at_root[:, 0]),
+                     part.leaf_send.subset(has_out), part.root_recv.subset(at_root[:, 1]))
+
+
+def _training_direction(kind: str, direction: str) -> str | None:
+    """Directions are counted for training traffic only (evaluation has its own counter)."""
+    return None if kind == "eval" else direction
+
+
+class _Broadcast(torch.autograd.Function):
+    """h [n_roots, w] -> source table [n_k, w]: the roots' rows, then the leaves' copies (rows of
+    leaves without local out-edges are zero; no kernel reads them)."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, n_local: int, plans: RootPlans, comm: Communicator,
+                timers: Timers, kind: str) -> torch.Tensor:
+        ctx.plans, ctx.comm, ctx.timers, ctx.n_roots = plans, comm, timers, h.shape[0]
+        src = h.new_empty((n_local, h.shape[1]))
+        src[:h.shape[0]] = h
+        src[h.shape[0]:] = 0.0
+        if comm.size > 1:
+            with timers("exchange_wait"):
+                rows = comm.exchange_rows(h[plans.bcast_root.ids], plans.bcast_root,
+                                          plans.bcast_leaf, kind, _training_direction(kind, "broadcast"))
+                src[plans.bcast_leaf.ids] = rows
+        return src
+
+    @staticmethod
+    def backward(ctx, grad_src: torch.Tensor):
+        plans = ctx.plans
+        grad_h = grad_src[:ctx.n_roots].clone()
+        if ctx.comm.size > 1:
+            with ctx.timers("exchange_wait"):
+                rows = ctx.comm.exchange_rows(grad_src[plans.bcast_leaf.ids], plans.bcast_leaf,
+                                              plans.bcast_root, "backward", "reduce")
+                grad_h.index_add_(0, plans.bcast_root.ids, rows)
+        return grad_h, None, None, None, None, None
+
+
+class _Reduce(torch.autograd.Function):
+    """p [n_k, w] -> a [n_roots, w]: each root's own partial plus its leaves' partials."""
+
+    @staticmethod
+    def forward(ctx, p: torch.Tensor, n_roots: int, plans: RootPlans, comm: Communicator,
+                timers: Timers, kind: str) -> torch.Tensor:
+        ctx.plans, ctx.comm, ctx.timers, ctx.n_local = plans, comm, timers, p.shape[0]
+        a = p[:n_roots].clone()
+        if comm.size > 1:
+            with timers("exchange_wait"):
+                rows = comm.exchange_rows(p[plans.reduce_leaf.ids], plans.reduce_leaf,
+                                          plans.reduce_root, kind, _training_direction(kind, "reduce"))
+                a.index_add_(0, plans.reduce_root.ids, rows)
+        return a
+
+    @staticmethod
+    def backward(ctx, grad_a: torch.Tensor):
+        plans = ctx.plans
+        grad_p = grad_a.new_zeros((ctx.n_local, grad_a.shape[1]))
+        grad_p[:grad_a.shape[0]] = grad_a
+        if ctx.comm.size > 1:
+            with ctx.timers("exchange_wait"):
+                rows = ctx.comm.exchange_rows(grad_a[plans.reduce_root.ids].contiguous(),
+                                              plans.reduce_root, plans.reduce_leaf, "backward",
+                                              "broadcast")
+                grad_p[plans.reduce_leaf.ids] = rows
+        return grad_p, None, None, None, None, None
+
+
+@dataclass
+class RootLayerState:
+    """cd-r state of one layer under root: step counter, kept rows, messages in flight."""
+
+    step: int = 0
+    copies: torch.Tensor | None = None    #: float [n_k - n_roots, w]: leaves' last delivered rows
+    remote: torch.Tensor | None = None    #: R, float [n_roots, w]: leaves' last delivered partials
+    pending_bcast: dict[int, Any] = field(default_factory=dict)    #: step posted -> rows to leaves
+    pending_reduce: dict[int, Any] = field(default_factory=dict)   #: step posted -> partials to roots
+    #: with delayed gradients: step posted -> gradients of the partials (to leaves) and of the
+    #: copies (to roots)
+    pending_grad_reduce: dict[int, Any] = field(default_factory=dict)
+    pending_grad_bcast: dict[int, Any] = field(default_factory=dict)
+
+    def pending(self) -> tuple[dict[int, Any], ...]:
+        return (self.pending_bcast, self.pending_reduce, self.pending_grad_reduce,
+                self.pending_grad_bcast)
+
+
+class _DelayedReduceGrad(torch.autograd.Function):
+    """a = p[:n_roots] + R, whose backward also posts the roots' gradient of this step's bin to
+    the leaves that sent partials, and adds to the leaves' partials the gradient posted r steps
+    ago (a delayed adjoint of the reduce)."""
+
+    @staticmethod
+    def forward(ctx, p: torch.Tensor, remote: torch.Tensor, agg: "RootAggregation",
+                state: RootLayerState, step: int) -> torch.Tensor:
+        ctx.agg, ctx.state, ctx.step, ctx.n_local = agg, state, step, p.shape[0]
+        return p[:remote.shape[0]] + remote
+
+    @staticmethod
+    def backward(ctx, grad_a: torch.Tensor):
+        agg, state, e, r = ctx.agg, ctx.state, ctx.step, ctx.agg.delay
+        bins = agg.bins[e % r]
+        grad_p = grad_a.new_zeros((ctx.n_local, grad_a.shape[1]))
+        grad_p[:grad_a.shape[0]] = grad_a
+        with agg.timers("exchange_wait"):
+            state.pending_grad_reduce[e] = agg.comm.exchange_rows_async(
+                grad_a[bins.reduce_root.ids], bins.reduce_root, bins.reduce_leaf, "backward",
+                "broadcast")
+            if e - r in state.pending_grad_reduce:
+                grad_p[bins.reduce_leaf.ids] += state.pending_grad_reduce.pop(e - r).wait()
+        return grad_p, None, None, None, None
+
+
+class _DelayedBroadcastGrad(torch.autograd.Function):
+    """src = [h; copies], whose backward also posts the leaves' gradient of this step's bin copies
+    to their roots, and adds to the roots' rows the gradient posted r steps ago."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, copies: torch.Tensor, agg: "RootAggregation",
+                state: RootLayerState, step: int) -> torch.Tensor:
+        ctx.agg, ctx.state, ctx.step = agg, state, step
+        return torch.cat([h, copies])
+
+    @staticmethod
+    def backward(ctx, grad_src: torch.Tensor):
+        agg, state, e, r = ctx.agg, ctx.state, ctx.step, ctx.agg.delay
+        bins = agg.bins[e % r]
+        grad_h = grad_src[:agg.n_roots].clone()
+        with agg.timers("exchange_wait"):
+            state.pending_grad_bcast[e] = agg.comm.exchange_rows_async(
+                grad_src[bins.bcast_leaf.ids], bins.bcast_leaf, bins.bcast_root, "backward", "reduce")
+            if e - r in state.pending_grad_bcast:
+                grad_h.index_add_(0, bins.bcast_root.ids, state.pending_grad_bcast.pop(e - r).wait())
+        return grad_h, None, None, None, None
+
+
+class RootAggregation:
+    """``aggregate(layer, h)`` for the model under apply-at-root: h [n_roots, w] -> [n_roots, w].
+
+    Training runs the algorithm's exchange on ``comm`` (``delay`` 0: cd-0, exact; r >= 1: cd-r as
+    in the module docstring); evaluation (``training = False``) the exact one on ``eval_comm``.
+    ``stored_input_layers``: layers whose input is the stored feature matrix (``h`` is then
+    ``part.feat[:n_roots]``), aggregated from ``part.feat`` without a broadcast;
+    ``constant_layers`` (a subset): those whose input is also constant in training.
+    ``delayed_gradients`` (cd-r only): each exchange's gradient also travels back, r steps late
+    (see :class:`_DelayedReduceGrad` and :class:`_DelayedBroadcastGrad`); off by default.
+    """
+
+    def __init__(self, part: PartitionData, norm: str, comm: Communicator, eval_comm: Communicator,
+                 timers: Timers, threads: int = 0,
+                 stored_input_layers: frozenset[int] = frozenset(), delay: int = 0,
+                 constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False):
+        if norm not in ("mean", "gcn"):
+            raise ValueError(f"norm must be mean or gcn, got {norm}")
+        self.part, self.norm, self.comm, self.eval_comm = part, norm, comm, eval_comm
+        self.timers, self.threads, self.delay = timers, threads, delay
+        self.delayed_gradients = delayed_gradients and delay > 0 and comm.size > 1
+        self.stored_input_layers = frozenset(stored_input_layers)
+        self.constant_layers = frozenset(constant_layers) & self.stored_input_layers
+        self.training = True
+        self.n_roots = part.num_roots
+        self.degree = part.in_degree_global[:self.n_roots].to(torch.float32)
+        self.plans = root_plans(part, comm)
+        self.layers: dict[int, RootLayerState] = {}
+        #: layer -> its training aggregate, once it can no longer change (constant layers)
+        self.settled: dict[int, torch.Tensor] = {}
+        self.bins: list[RootPlans] = []
+        if delay > 0:
+            g = part.local_to_global
+
+            def split(plan: RowPlan, b: int) -> RowPlan:
+                return plan.subset((g[plan.ids] % delay) == b)
+
+            self.bins = [RootPlans(*(split(plan, b) for plan in (
+                self.plans.reduce_leaf, self.plans.reduce_root, self.plans.bcast_leaf,
+                self.plans.bcast_root))) for b in range(delay)]
+
+    def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        if h.shape[0] != self.n_roots:
+            raise ValueError(f"layer {layer}: expected the roots' {self.n_roots} rows, got {h.shape[0]}")
+        if self.training and self.delay > 0:
+            return self._delayed(layer, h)
+        comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
+        if layer in self.stored_input_layers:
+            src = self.part.feat
+        else:
+            src = _Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers, kind)
+        p = _LocalSum.apply(src, self.part, self.timers, self.threads)
+        a = _Reduce.apply(p, self.n_roots, self.plans, comm, self.timers, kind)
+        return scale_aggregate(a, h, self.degree, self.norm)
+
+    def _delayed(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """cd-r under root at this layer's current training step (module docstring)."""
+        if layer in self.settled:
+            return self.settled[layer]
+        r, n_roots, comm = self.delay, self.n_roots, self.comm
+        stored, constant = layer in self.stored_input_layers, layer in self.constant_layers
+        state = self.layers.setdefault(layer, RootLayerState())
+        if state.remote is None:
+            state.remote = h.new_zeros((n_roots, h.shape[1]), dtype=torch.float32)
+            if not stored:
+                state.copies = h.new_zeros((self.part.num_local - n_roots, h.shape[1]))
+        e = state.step
+        bins = self.bins[e % r]
+        if comm.size > 1 and e >= r:
+            with self.timers("exchange_wait"):
+                if e - r in state.pending_reduce:
+                    rows = state.pending_reduce.pop(e - r).wait()
+                    state.remote[bins.reduce_root.ids] = 0.0
+                    state.remote.index_add_(0, bins.reduce_root.ids, rows)
+                if not stored:
+                    rows = state.pending_bcast.pop(e - r).wait()
+                    state.copies[bins.bcast_leaf.ids - n_roots] = rows
+        if stored:
+            src = self.part.feat
+        elif self.delayed_gradients:
+            src = _DelayedBroadcastGrad.apply(h, state.copies, self, state, e)
+        else:
+            src = torch.cat([h, state.copies])
+        p = _LocalSum.apply(src, self.part, self.timers, self.threads)
+        if comm.size > 1:
+            with self.timers("exchange_wait"):
+                if not stored:
+                    state.pending_bcast[e] = comm.exchange_rows_async(
+                        h[bins.bcast_root.ids], bins.bcast_root, bins.bcast_leaf, "forward",
+                        "broadcast")
+                if not constant or e < r:
+                    state.pending_reduce[e] = comm.exchange_rows_async(
+                        p[bins.reduce_leaf.ids], bins.reduce_leaf, bins.reduce_root, "forward",
+                        "reduce")
+        state.step += 1
+        if self.delayed_gradients and p.requires_grad:
+            a = _DelayedReduceGrad.apply(p, state.remote, self, state, e)
+        else:
+            a = p[:n_roots] + state.remote
+        out = scale_aggregate(a, h, self.degree, self.norm)
+        if constant and state.step >= 2 * r:
+            self.settled[layer] = out.detach()
+        return out
+
+    def finish(self) -> None:
+        """Complete every message still in flight (before a checkpoint or MPI finalize)."""
+        with self.timers("exchange_wait"):
+            complete_pending(m for s in self.layers.values() for m in s.pending())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Step counters, kept rows and received payloads (waits for those in flight)."""
+        self.finish()
+        return {layer: {"step": s.step, "copies": s.copies, "remote": s.remote,
+                        "pending_bcast": received(s.pending_bcast),
+                        "pending_reduce": received(s.pending_reduce),
+                        "pending_grad_reduce": received(s.pending_grad_reduce),
+                        "pending_grad_bcast": received(s.pending_grad_bcast)}
+                for layer, s in self.layers.items()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.layers, self.settled = {}, {}
+        for layer, s in state.items():
+            self.layers[int(layer)] = RootLayerState(
+                step=s["step"], copies=s["copies"], remote=s["remote"],
+                pending_bcast=delivered(s["pending_bcast"]),
+                pending_reduce=delivered(s["pending_reduce"]),
+                pending_grad_reduce=delivered(s["pending_grad_reduce"]),
+                pending_grad_bcast=delivered(s["pending_grad_bcast"]))
