@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import run_logged, work_folder
+from bench.common import Transcript, machine_line, run_logged, work_folder
 
 MODES = ("root", "replicas")
 
@@ -175,23 +175,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     work = work_folder(args.work, "bench-apply-")
     (work / "runs").mkdir(exist_ok=True)
-    lines: list[str] = []
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-        lines.append(line)
-
-    from bench.common import machine_line
-
+    say = Transcript()
     say(f"`python -m bench.apply {' '.join(argv if argv is not None else sys.argv[1:])}`; {machine_line(1)}")
     ok = True
     if not args.skip_time:
         ok = time_section(args, sys.executable, work, say)
     if not args.skip_memory:
         memory_section(args, sys.executable, work, say)
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write("\n".join(lines) + "\n\n")
+    say.append_to(args.out)
     return 0 if ok else 1
 
 

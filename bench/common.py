@@ -89,3 +89,20 @@ def work_folder(path: str | None, prefix: str) -> Path:
     folder = Path(path or tempfile.mkdtemp(prefix=prefix))
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+class Transcript:
+    """``say(line)`` prints a line and keeps it, so a bench can also append its whole output to a
+    results file (:meth:`append_to`)."""
+
+    def __init__(self) -> None:
+        self.lines: List[str] = []
+
+    def __call__(self, line: str = "") -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+    def append_to(self, path: str | None) -> None:
+        if path:
+            with open(path, "a") as f:
+                f.write("\n".join(self.lines) + "\n\n")

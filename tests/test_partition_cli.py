@@ -161,19 +161,19 @@ def test_interrupted_build_leaves_no_part(graph, tmp_path, monkeypatch, capsys):
     out = tmp_path / "p"
     assert run(["partition", "assign", str(graph), "--parts", "2", "--out", str(out),
                 "--quiet"], capsys)[0] == 0
-    original = build_mod.gather_rows
+    original = build_mod.gather_rows_multi
     calls = []
 
-    def interrupted(source, rows, writer):
+    def interrupted(source, targets, desc="gather"):
         calls.append(1)
-        original(source, rows, writer)
+        original(source, targets, desc)
         raise KeyboardInterrupt  # half way: structure and features written, labels not
 
-    monkeypatch.setattr(build_mod, "gather_rows", interrupted)
+    monkeypatch.setattr(build_mod, "gather_rows_multi", interrupted)
     code, _, _ = run(["partition", "build", str(out), "--part", "1", "--quiet"], capsys)
     assert code == 130 and calls
     assert sorted(p.name for p in out.iterdir()) == ["assignment.zarr"]
-    monkeypatch.setattr(build_mod, "gather_rows", original)
+    monkeypatch.setattr(build_mod, "gather_rows_multi", original)
     _verify_fails(out, capsys, "part_0.zarr: missing")
 
 

@@ -40,6 +40,7 @@ def job_stats(output: str) -> dict[str, int]:
 
 def workdir(tmp: Path, config: dict) -> Path:
     """A copy of the workflow (Snakefile, rules, schema, profiles) with ``config`` as its config."""
+    tmp.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "workflow", "cluster"):
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / name)
@@ -61,10 +62,12 @@ def test_lint_is_clean():
     assert "Lints for" not in proc.stdout + proc.stderr
 
 
-def test_dry_run_of_default_config_lists_the_jobs():
-    proc = snakemake("-n", "-p")
-    assert proc.returncode == 0, proc.stderr
+def test_dry_run_of_default_config_lists_the_jobs(tmp_path):
+    # in a copy of the workflow: outputs of an earlier `scripts/demo.sh` in the working tree
+    # must not turn the dry run into "Nothing to be done"
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    proc = snakemake("-n", "-p", cwd=workdir(tmp_path, config))
+    assert proc.returncode == 0, proc.stderr
     parts, methods = config["partition"]["parts"], config["partition"]["methods"]
     algos, stores = config["train"]["algos"], len(config["datasets"])
     assert job_stats(proc.stdout) == {
@@ -95,6 +98,27 @@ def test_input_cache_false_reaches_the_train_command(tmp_path):
     proc = snakemake("-n", "-p", cwd=wd)
     assert proc.returncode == 0, proc.stderr
     assert "--algo cd-0" in proc.stdout and "--no-input-cache" in proc.stdout
+
+
+def test_apply_names_the_run_folders_and_reaches_the_train_command(tmp_path):
+    """train.apply: replicas gives <algo>-replicas folders where it is not the default (cd-0, cd-2)
+    and plain ones where it is (0c); delayed_gradients reaches cd-r's command only; root with 0c
+    is refused at load time, naming the config keys."""
+    wd = workdir(tmp_path / "a", tiny(train={"algos": ["cd-0", "cd-2", "0c"], "apply": "replicas"}))
+    proc = snakemake("-n", "-p", cwd=wd)
+    assert proc.returncode == 0, proc.stderr
+    assert "/cd-0-replicas/summary.json" in proc.stdout and "/cd-2-replicas/summary.json" in proc.stdout
+    assert "/0c/summary.json" in proc.stdout and "0c-replicas" not in proc.stdout
+    assert "--algo cd-0 " in proc.stdout and "--apply replicas" in proc.stdout
+    wd = workdir(tmp_path / "b", tiny(train={"algos": ["cd-0", "cd-2"], "delayed_gradients": True}))
+    proc = snakemake("-n", "-p", cwd=wd)
+    assert proc.returncode == 0, proc.stderr
+    commands = [l for l in proc.stdout.splitlines() if "distgnn launch" in l]
+    assert commands and all(("--delayed-gradients" in l) == ("--algo cd-2" in l) for l in commands)
+    wd = workdir(tmp_path / "c", tiny(train={"algos": ["cd-0", "0c"], "apply": "root"}))
+    proc = snakemake("-n", "-p", cwd=wd)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "config train.apply / train.algos: --apply root: 0c" in out
 
 
 def test_root_rule_reaches_the_assign_command(tmp_path):

@@ -14,7 +14,10 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     from distgnn.train.trainer import TrainConfig
 
     d = TrainConfig()
-    p.add_argument("--algo", default=d.algo, help="0c, cd-0, cd-<r> or cd-<r>-orig (default: %(default)s)")
+    p.add_argument("--algo", default=d.algo,
+                   help="0c, cd-0, cd-<r> or cd-<r>-orig; cd-<r>-orig is the DistGNN paper's cd-r, "
+                        "cd-<r> distgnn's variant that keeps the last delivered remote part between "
+                        "deliveries (docs/design.md, section 6; default: %(default)s)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="default: %(default)s")
     p.add_argument("--layers", type=int, default=d.layers, help="GraphSAGE layers (default: %(default)s)")
     p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (default: %(default)s)")
@@ -38,13 +41,13 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--apply", choices=APPLY_MODES, default=d.apply,
                    help="where the dense work (linear layers, ReLU, dropout) runs: once per vertex at "
                         "its root (root), or on every replica as DistGNN does (replicas); auto: root "
-                        "for cd-0, replicas for 0c, cd-<r> and cd-<r>-orig (default: %(default)s)")
+                        "for cd-0 and cd-<r>, replicas for 0c and cd-<r>-orig (default: %(default)s)")
     p.add_argument("--delayed-gradients", action="store_true",
                    help="cd-<r> under --apply root: also send each exchange's gradient back, "
                         "consumed r epochs later (off: copies and remote parts are constants in "
                         "backward; see docs/design.md)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
-                                 "-<apply> when --apply is not auto)")
+                                 "-<apply> when --apply is not the algorithm's default)")
     p.add_argument("--skip-memory-check", action="store_true",
                    help="start even when the memory estimate exceeds what is available")
 

@@ -20,8 +20,8 @@ from distgnn import _native
 from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
-from distgnn.partition.store_io import (RowWriter, create_row_array, gather_rows,
-                                        gather_rows_multi, read_csr, read_whole, write_array)
+from distgnn.partition.store_io import (RowWriter, create_row_array, gather_rows_multi,
+                                        read_csr, read_whole, write_array)
 from distgnn.progress import progress
 from distgnn.zarr_io import AtomicGroup, combine_digests, open_checked
 
@@ -226,8 +226,8 @@ def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = Tru
     with ThreadPoolExecutor(max_workers=1) as executor, \
             PartWriter(inp, k, threads, overwrite, executor) as part:
         for name in PartWriter.ROW_ARRAYS:
-            for rows, writer in part.row_targets(name):
-                gather_rows(inp.store[name], rows, writer)
+            # both blocks (roots, leaves) from one pass over the source chunks
+            gather_rows_multi(inp.store[name], part.row_targets(name), desc=f"build {name}")
         return part.commit()
 
 

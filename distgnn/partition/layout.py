@@ -76,6 +76,6 @@ def check_layout(path: Path | str, attrs: dict) -> None:
         folder = Path(path).parent
         raise DistgnnError(
             f"{path}: part in layout version {version}, this distgnn reads version "
-            f"{LAYOUT_VERSION} (roots first); rebuild the parts with `distgnn partition build "
-            f"{folder} --part K` for each K (or `distgnn partition GRAPH.zarr --parts P --out "
-            f"{folder} --force`; in the workflow `snakemake --forcerun build`)")
+            f"{LAYOUT_VERSION} (roots first); rebuild the parts from the same assignment with "
+            f"`distgnn partition build {folder} --part K` for each K (in the workflow: "
+            f"`snakemake --forcerun build`)")

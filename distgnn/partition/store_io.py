@@ -151,25 +151,11 @@ class RowWriter:
         return f"crc32c-{self.crc:08x}-{self.cursor - self.start}"
 
 
-def gather_rows(source: zarr.Array, rows: np.ndarray, out: RowWriter) -> None:
-    """Write ``source[rows]`` (rows ascending) to ``out``, reading ``source`` one chunk at a time,
-    so memory does not depend on the row width or on the number of rows."""
-    step = source.chunks[0]
-    n = source.shape[0]
-    bounds = np.searchsorted(rows, np.arange(0, n + step, step, dtype=np.int64))
-    for c in range(len(bounds) - 1):
-        lo, hi = int(bounds[c]), int(bounds[c + 1])
-        if hi == lo:
-            continue
-        first, last = int(rows[lo]), int(rows[hi - 1]) + 1
-        block = source[first:last]
-        out.take(block, rows[lo:hi] - first)
-
-
 def gather_rows_multi(source: zarr.Array, targets: list[tuple[np.ndarray, RowWriter]],
                       desc: str = "gather") -> None:
-    """:func:`gather_rows` for several (rows, writer) targets at once: each chunk of ``source``
-    that any target needs is read once."""
+    """Write ``source[rows]`` to each target's writer (rows ascending within a target), reading
+    ``source`` one chunk at a time, each chunk that any target needs once; memory does not depend
+    on the row width or on the number of rows."""
     from distgnn.progress import progress
 
     step = source.chunks[0]

@@ -50,15 +50,11 @@ class Run:
 
 def run_label(summary: dict[str, Any]) -> str:
     """``cd-0``, ``cd-0-replicas``, ...: the algorithm, and the apply mode where it is not the
-    default (``auto``) one."""
-    from distgnn.train.algorithms import parse_algorithm, resolve_apply, run_name
+    algorithm's default, as the run folders are named."""
+    from distgnn.train.algorithms import run_name
 
-    algo, apply = str(summary["algo"]), summary.get("apply")
-    try:
-        default = resolve_apply("auto", parse_algorithm(algo))
-    except DistgnnError:
-        return algo
-    return run_name(algo, "auto" if apply in (None, default) else str(apply))
+    # runs from before apply-at-root have no "apply": they ran on the replicas
+    return run_name(str(summary["algo"]), str(summary.get("apply", "replicas")))
 
 
 def read_summary(path: Path) -> dict[str, Any]:

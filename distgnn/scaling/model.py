@@ -15,7 +15,7 @@ Per rank (the slowest one sets the epoch):
   leaves without local in- or out-edges send nothing);
 * cd-r: forward only, 1/r of the rows, posted non-blocking and waited r steps later: counted as
   latency plus the copies of 1/r of the rows (the transfer itself is taken as hidden behind compute);
-  under ``root`` two messages per layer and the assembly of the [n, a_l] source table;
+  under ``root`` two messages per layer and the copy of the roots' rows into the source table;
 * 0c: no exchange;
 * every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead;
 * ranks sharing one machine (``ranks_per_node`` > 1) compute slower by the measured concurrency
@@ -82,9 +82,9 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
                 exchange += 2 * one  # forward and backward (the adjoint)
             elif apply == "root":
                 # two messages posted per layer (broadcast and reduce), 1/r of the rows each, and
-                # the source table [n, w] assembled from the roots' rows and the leaves' copies
+                # the roots' rows copied into the persistent source table
                 exchange += 4 * (parts - 1) * net.latency + costs.copy_s_per_float * (
-                    n * w + 4 * leaves * w / a.delay)
+                    rows * w + 4 * leaves * w / a.delay)
             else:
                 exchange += 2 * (parts - 1) * net.latency + costs.copy_s_per_float * 3 * leaves * w / a.delay
     allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)

@@ -78,6 +78,12 @@ def resolve_apply(apply: str, algorithm: Algorithm) -> str:
 
 
 def run_name(algo: str, apply: str = "auto") -> str:
-    """Run folder name: the algorithm, plus ``-<apply>`` when ``--apply`` is not ``auto`` (so runs
-    of both modes coexist: ``cd-0``, ``cd-0-replicas``)."""
-    return algo if apply == "auto" else f"{algo}-{apply}"
+    """Run folder name: the algorithm, plus ``-<apply>`` when ``--apply`` resolves to another mode
+    than the algorithm's default (so runs of both modes coexist: ``cd-0``, ``cd-0-replicas``;
+    ``--apply root`` for cd-0 is the default computation and shares ``cd-0``)."""
+    try:
+        default = resolve_apply("auto", parse_algorithm(algo))
+        resolved = resolve_apply(apply, parse_algorithm(algo))
+    except DistgnnError:
+        return algo if apply == "auto" else f"{algo}-{apply}"
+    return algo if resolved == default else f"{algo}-{resolved}"

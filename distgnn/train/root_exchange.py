@@ -41,6 +41,7 @@ from typing import Any
 
 import torch
 
+from distgnn import ops
 from distgnn.comm import Communicator, RowPlan
 from distgnn.train.exchange import (_LocalSum, complete_pending, delivered, received,
                                     scale_aggregate)
@@ -142,7 +143,8 @@ class RootLayerState:
     """cd-r state of one layer under root: step counter, kept rows, messages in flight."""
 
     step: int = 0
-    copies: torch.Tensor | None = None    #: float [n_k - n_roots, w]: leaves' last delivered rows
+    #: float [n_k, w]: the source table; rows [n_roots:) are the leaves' last delivered copies
+    table: torch.Tensor | None = None
     remote: torch.Tensor | None = None    #: R, float [n_roots, w]: leaves' last delivered partials
     pending_bcast: dict[int, Any] = field(default_factory=dict)    #: step posted -> rows to leaves
     pending_reduce: dict[int, Any] = field(default_factory=dict)   #: step posted -> partials to roots
@@ -182,27 +184,42 @@ class _DelayedReduceGrad(torch.autograd.Function):
         return grad_p, None, None, None, None
 
 
-class _DelayedBroadcastGrad(torch.autograd.Function):
-    """src = [h; copies], whose backward also posts the leaves' gradient of this step's bin copies
-    to their roots, and adds to the roots' rows the gradient posted r steps ago."""
+class _TableSum(torch.autograd.Function):
+    """cd-r's local sum under root: the roots' rows h are copied into the prefix of the layer's
+    persistent source table (whose leaf rows hold the last delivered copies), and the kernel runs
+    over it; so a step copies n_roots rows, not the whole table. Backward runs the kernel on the
+    transpose and returns the roots' rows; with delayed gradients it also posts the gradient of
+    this step's bin copies to their roots and adds the one posted r steps ago."""
 
     @staticmethod
-    def forward(ctx, h: torch.Tensor, copies: torch.Tensor, agg: "RootAggregation",
-                state: RootLayerState, step: int) -> torch.Tensor:
+    def forward(ctx, h: torch.Tensor, agg: "RootAggregation", state: "RootLayerState",
+                step: int) -> torch.Tensor:
         ctx.agg, ctx.state, ctx.step = agg, state, step
-        return torch.cat([h, copies])
+        part = agg.part
+        with agg.timers("aggregate"):
+            state.table[:h.shape[0]].copy_(h.detach())
+            return ops.aggregate(part.indptr, part.indices, state.table, norm="sum",
+                                 threads=agg.threads)
 
     @staticmethod
-    def backward(ctx, grad_src: torch.Tensor):
+    def backward(ctx, grad_p: torch.Tensor):
         agg, state, e, r = ctx.agg, ctx.state, ctx.step, ctx.agg.delay
-        bins = agg.bins[e % r]
-        grad_h = grad_src[:agg.n_roots].clone()
-        with agg.timers("exchange_wait"):
-            state.pending_grad_bcast[e] = agg.comm.exchange_rows_async(
-                grad_src[bins.bcast_leaf.ids], bins.bcast_leaf, bins.bcast_root, "backward", "reduce")
-            if e - r in state.pending_grad_bcast:
-                grad_h.index_add_(0, bins.bcast_root.ids, state.pending_grad_bcast.pop(e - r).wait())
-        return grad_h, None, None, None, None
+        part = agg.part
+        with agg.timers("aggregate"):
+            grad_src = ops.aggregate(part.t_indptr, part.t_indices, grad_p.contiguous(),
+                                     norm="sum", threads=agg.threads)
+        grad_h = grad_src[:agg.n_roots]
+        if agg.delayed_gradients:
+            bins = agg.bins[e % r]
+            with agg.timers("exchange_wait"):
+                state.pending_grad_bcast[e] = agg.comm.exchange_rows_async(
+                    grad_src[bins.bcast_leaf.ids], bins.bcast_leaf, bins.bcast_root, "backward",
+                    "reduce")
+                if e - r in state.pending_grad_bcast:
+                    grad_h = grad_h.clone()
+                    grad_h.index_add_(0, bins.bcast_root.ids,
+                                      state.pending_grad_bcast.pop(e - r).wait())
+        return grad_h, None, None, None
 
 
 class RootAggregation:
@@ -214,7 +231,7 @@ class RootAggregation:
     ``part.feat[:n_roots]``), aggregated from ``part.feat`` without a broadcast;
     ``constant_layers`` (a subset): those whose input is also constant in training.
     ``delayed_gradients`` (cd-r only): each exchange's gradient also travels back, r steps late
-    (see :class:`_DelayedReduceGrad` and :class:`_DelayedBroadcastGrad`); off by default.
+    (see :class:`_DelayedReduceGrad` and :class:`_TableSum`); off by default.
     """
 
     def __init__(self, part: PartitionData, norm: str, comm: Communicator, eval_comm: Communicator,
@@ -260,6 +277,13 @@ class RootAggregation:
         a = _Reduce.apply(p, self.n_roots, self.plans, comm, self.timers, kind)
         return scale_aggregate(a, h, self.degree, self.norm)
 
+    def feature_aggregate(self) -> torch.Tensor:
+        """The exact aggregate of the stored features at the roots, [n_roots, F] (for the input
+        cache): every replica has the features, so only the reduce runs, on ``eval_comm``."""
+        p = _LocalSum.apply(self.part.feat, self.part, self.timers, self.threads)
+        a = _Reduce.apply(p, self.n_roots, self.plans, self.eval_comm, self.timers, "eval")
+        return scale_aggregate(a, self.part.feat[:self.n_roots], self.degree, self.norm)
+
     def _delayed(self, layer: int, h: torch.Tensor) -> torch.Tensor:
         """cd-r under root at this layer's current training step (module docstring)."""
         if layer in self.settled:
@@ -270,7 +294,7 @@ class RootAggregation:
         if state.remote is None:
             state.remote = h.new_zeros((n_roots, h.shape[1]), dtype=torch.float32)
             if not stored:
-                state.copies = h.new_zeros((self.part.num_local - n_roots, h.shape[1]))
+                state.table = h.new_zeros((self.part.num_local, h.shape[1]), dtype=torch.float32)
         e = state.step
         bins = self.bins[e % r]
         if comm.size > 1 and e >= r:
@@ -281,14 +305,11 @@ class RootAggregation:
                     state.remote.index_add_(0, bins.reduce_root.ids, rows)
                 if not stored:
                     rows = state.pending_bcast.pop(e - r).wait()
-                    state.copies[bins.bcast_leaf.ids - n_roots] = rows
+                    state.table[bins.bcast_leaf.ids] = rows
         if stored:
-            src = self.part.feat
-        elif self.delayed_gradients:
-            src = _DelayedBroadcastGrad.apply(h, state.copies, self, state, e)
+            p = _LocalSum.apply(self.part.feat, self.part, self.timers, self.threads)
         else:
-            src = torch.cat([h, state.copies])
-        p = _LocalSum.apply(src, self.part, self.timers, self.threads)
+            p = _TableSum.apply(h, self, state, e)
         if comm.size > 1:
             with self.timers("exchange_wait"):
                 if not stored:
@@ -317,7 +338,7 @@ class RootAggregation:
     def state_dict(self) -> dict[str, Any]:
         """Step counters, kept rows and received payloads (waits for those in flight)."""
         self.finish()
-        return {layer: {"step": s.step, "copies": s.copies, "remote": s.remote,
+        return {layer: {"step": s.step, "table": s.table, "remote": s.remote,
                         "pending_bcast": received(s.pending_bcast),
                         "pending_reduce": received(s.pending_reduce),
                         "pending_grad_reduce": received(s.pending_grad_reduce),
@@ -328,7 +349,7 @@ class RootAggregation:
         self.layers, self.settled = {}, {}
         for layer, s in state.items():
             self.layers[int(layer)] = RootLayerState(
-                step=s["step"], copies=s["copies"], remote=s["remote"],
+                step=s["step"], table=s["table"], remote=s["remote"],
                 pending_bcast=delivered(s["pending_bcast"]),
                 pending_reduce=delivered(s["pending_reduce"]),
                 pending_grad_reduce=delivered(s["pending_grad_reduce"]),

@@ -188,7 +188,11 @@ class Trainer:
         start = time.perf_counter()
         self.aggregation.training = False
         with torch.no_grad():
-            self.input_aggregate = self.aggregation(0, self.x)
+            if isinstance(self.aggregation, RootAggregation):
+                # the features are on every replica: no broadcast, whichever way layer 0 maps
+                self.input_aggregate = self.aggregation.feature_aggregate()
+            else:
+                self.input_aggregate = self.aggregation(0, self.x)
         self.aggregation.training = True
         self.timers.reset()
         self.input_cache_time_s = self.comm.max(time.perf_counter() - start)

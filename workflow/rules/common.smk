@@ -1,7 +1,10 @@
 # Helpers shared by all stages: store names, target lists, command-line options.
 from distgnn.data.graph_store import store_name
 from distgnn.report.make import REPORT_FILES  # the files every report writes
-from distgnn.train.algorithms import run_name
+from distgnn.partition.layout import LAYOUT_VERSION
+from distgnn.errors import DistgnnError
+from distgnn.train.algorithms import parse_algorithm, resolve_apply, run_name
+from snakemake.exceptions import WorkflowError
 
 
 def datasets_by_store():
@@ -41,8 +44,10 @@ def part_stores(wildcards):
     return [f"{part_dir(wildcards)}/part_{k}.zarr" for k in range(int(wildcards.P))]
 
 
-def train_options():
-    """`distgnn train` options from config['train'] (the experiment's model and schedule)."""
+def train_options(algo):
+    """`distgnn train` options of one algorithm from config['train'] (the experiment's model and
+    schedule): `apply` as configured (refused at load time where the algorithm cannot run it),
+    `delayed_gradients` for cd-<r> only (the one algorithm it applies to)."""
     t = config["train"]
     flags = ["epochs", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "checkpoint_every", "precision"]
@@ -51,9 +56,19 @@ def train_options():
         options.append("--no-input-cache")
     if t.get("apply", "auto") != "auto":
         options.append(f"--apply {t['apply']}")
-    if t.get("delayed_gradients", False):
+    algorithm = parse_algorithm(algo)
+    if t.get("delayed_gradients", False) and algorithm.delay > 0 and not algorithm.original:
         options.append("--delayed-gradients")
     return " ".join(options)
+
+
+def check_apply():
+    """Refuse, in one line at load time, a train.apply that one of train.algos cannot run."""
+    for algo in config["train"]["algos"]:
+        try:
+            resolve_apply(config["train"].get("apply", "auto"), parse_algorithm(algo))
+        except DistgnnError as exc:
+            raise WorkflowError(f"config train.apply / train.algos: {exc}") from None
 
 
 def run_files(store, method, P, algo):
@@ -64,10 +79,11 @@ def run_files(store, method, P, algo):
 
 
 def algo_of_run(wildcards):
-    """The algorithm of a run folder name (its -<apply> suffix removed)."""
-    apply = config["train"].get("apply", "auto")
-    suffix = "" if apply == "auto" else f"-{apply}"
-    return wildcards.algo[: len(wildcards.algo) - len(suffix)]
+    """The algorithm of a run folder name (its -root / -replicas suffix removed)."""
+    for suffix in ("-root", "-replicas"):
+        if wildcards.algo.endswith(suffix):
+            return wildcards.algo[: -len(suffix)]
+    return wildcards.algo
 
 
 def store_runs(wildcards):

@@ -1,4 +1,4 @@
-# assign (edge -> partition, roots) then build one part_<k>.zarr per partition, in parallel (DESIGN 4).
+# assign (edge -> partition, roots) then build one part_<k>.zarr per partition, in parallel (docs/design.md, section 4).
 
 
 rule assign:
@@ -32,6 +32,8 @@ rule build:
         "logs/build/{store}/{method}-{P}/part_{k}.log",
     params:
         partdir=part_dir,
+        # the part layout this distgnn writes: a part built by an older one is rebuilt (params trigger)
+        layout=LAYOUT_VERSION,
     threads: 1
     resources:
         runtime=60,

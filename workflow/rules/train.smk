@@ -19,7 +19,7 @@ rule train:
         partdir=part_dir,
         algo=algo_of_run,
         rundir=lambda wildcards, output: os.path.dirname(output.summary),
-        options=train_options(),
+        options=lambda wildcards: train_options(algo_of_run(wildcards)),
         submitit="logs/submitit/{store}/{method}-{P}/{algo}",
     # Locally the P ranks share the cores: reserve them so trains do not overlap.
     threads: lambda wildcards: int(wildcards.P)
