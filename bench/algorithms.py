@@ -3,8 +3,9 @@
     python -m bench.algorithms [--dataset synth-reddit] [--scale 0.01] [--parts 4] [--epochs 100]
                                [--seeds 0 1 2] [--algos cd-0 cd-5 cd-5-orig 0c]
 
-An entry of ``--algos`` is ``ALGO[@APPLY][+dg]``: the algorithm, optionally its ``--apply`` mode
-(default: auto) and ``+dg`` for ``--delayed-gradients`` (e.g. ``cd-5@replicas``, ``cd-5+dg``).
+An entry of ``--algos`` is ``ALGO[@APPLY][+nodg]``: the algorithm, optionally its ``--apply`` mode
+(default: auto) and ``+nodg`` for ``--no-delayed-gradients`` (e.g. ``cd-5@replicas``,
+``cd-5+nodg``: cd-5 at the root without its delayed gradients).
 
 Fetches the twin, partitions it with Libra into P parts, trains every algorithm for every seed
 (mpiexec -n P, threads per rank = cores / P) and prints one markdown table: mean test accuracy at
@@ -77,8 +78,8 @@ def main() -> int:
     threads = max(1, (os.cpu_count() or 1) // args.parts)
     results: dict[str, list[dict]] = {}
     for algo in args.algos:
-        name, _, apply = algo.removesuffix("+dg").partition("@")
-        variant = ["--apply", apply or "auto"] + (["--delayed-gradients"] if algo.endswith("+dg") else [])
+        name, _, apply = algo.removesuffix("+nodg").partition("@")
+        variant = ["--apply", apply or "auto"] + (["--no-delayed-gradients"] if algo.endswith("+nodg") else [])
         for seed in args.seeds:
             run = work / "runs" / f"{algo.replace('@', '-').replace('+', '-')}-seed{seed}"
             if not (run / "summary.json").exists():

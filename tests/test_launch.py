@@ -48,6 +48,13 @@ def test_presets_and_train_command(tmp_path):
     train = build_parser().parse_args(argv[1:])  # the real trainer's parser accepts it
     assert (train.partdir, train.algo, train.epochs, train.threads) == ("parts", "cd-5", 7, 3)
     assert train.out == "runs/x" and train.resume
+    assert train.delayed_gradients is None and "--no-delayed-gradients" not in argv
+    # switches sharing one option (--delayed-gradients / --no-delayed-gradients) pass through as set
+    for flag, value in (("--no-delayed-gradients", False), ("--delayed-gradients", True)):
+        args = build_parser().parse_args(["launch", "parts", "--algo", "cd-5", flag, "--apply", "root"])
+        argv = train_argv(args, threads=1)
+        assert argv.count(flag) == 1 and len([a for a in argv if "delayed" in a]) == 1
+        assert build_parser().parse_args(argv[1:]).delayed_gradients is value
     # The checkpoint hook requeues the same command with --resume (once).
     assert with_resume(["a", "--resume"]) == ["a", "--resume"]
     resumed = RankTask(["distgnn", "train", "p"], 2).checkpoint().function

@@ -90,10 +90,11 @@ def test_cd0_equals_single_process(partitions, tmp_path: Path, aggregator: str) 
 
 def test_delayed_traffic_and_0c(partitions, tmp_path: Path) -> None:
     """Steady-state forward bytes of cd-r are 1/r of cd-0's under the same apply mode (cd-r and
-    cd-0 at the root by default, cd-r-orig on the replicas); cd-r has no backward exchange; 0c
-    exchanges no aggregates (only gradients)."""
+    cd-0 at the root by default, cd-r-orig on the replicas); at the root cd-r's delayed gradients
+    are 1/r of cd-0's backward bytes, on the replicas there is no backward exchange; 0c exchanges
+    no aggregates (only gradients)."""
     parts, epochs = 3, 14
-    bytes_forward = {}
+    bytes_forward, bytes_backward = {}, {}
     for algo, apply in (("cd-0", "root"), ("cd-0", "replicas"), ("cd-2", "root"), ("cd-3", "root"),
                         ("cd-3-orig", "replicas"), ("0c", "replicas")):
         run = tmp_path / f"{algo}-{apply}"
@@ -104,8 +105,12 @@ def test_delayed_traffic_and_0c(partitions, tmp_path: Path) -> None:
         assert json.loads((run / "summary.json").read_text())["apply"] == apply
         steady = recs[6:]  # past 2r epochs for r <= 3
         bytes_forward[algo, apply] = np.mean([r["bytes_forward"] for r in steady])
-        if algo != "cd-0":
-            assert all(r["bytes_backward"] == 0 for r in recs), algo
+        backward = np.mean([r["bytes_backward"] for r in steady])
+        if algo == "cd-0" or apply == "replicas":
+            bytes_backward[algo, apply] = backward
+            assert algo == "cd-0" or backward == 0, algo
+        else:  # cd-r at the root: delayed gradients, 1/r of cd-0's backward rows
+            assert backward == pytest.approx(bytes_backward["cd-0", "root"] / int(algo[3:]), rel=0.25)
         assert all(r["bytes_gradients"] > 0 for r in recs)
         assert all(r["bytes_forward"] == r["bytes_broadcast"] + r["bytes_reduce"] - r["bytes_backward"]
                    for r in recs), algo
@@ -157,8 +162,10 @@ def test_0c_and_cdr_keep_their_settled_layer0_aggregate(narrow_input_parts, tmp_
     for algo, apply in (("0c", "auto"), ("cd-2", "replicas"), ("cd-2", "root"), ("cd-2-orig", "auto")):
         runs = {flag: tmp_path / f"{algo}-{apply}{flag}" for flag in ("", "--no-input-cache")}
         for flag, run in runs.items():
+            # (at the root without delayed gradients: bytes_reduce is then forward rows only)
             train(narrow_input_parts, parts, run, "--algo", algo, "--epochs", str(epochs),
-                  "--eval-every", "5", "--apply", apply, *([flag] if flag else []))
+                  "--eval-every", "5", "--apply", apply, *([flag] if flag else []),
+                  *(["--no-delayed-gradients"] if (algo, apply) == ("cd-2", "root") else []))
         kept, every = records(runs[""]), records(runs["--no-input-cache"])
         np.testing.assert_array_equal(losses(runs[""]), losses(runs["--no-input-cache"]),
                                       err_msg=f"{algo} {apply}")
@@ -173,11 +180,11 @@ def test_0c_and_cdr_keep_their_settled_layer0_aggregate(narrow_input_parts, tmp_
 
 @pytest.mark.parametrize("algo, narrow, apply, extra", [
     ("cd-0", False, "auto", ()), ("cd-3", False, "auto", ()), ("cd-3", True, "auto", ()),
-    ("cd-3", True, "replicas", ()), ("cd-3", False, "root", ("--delayed-gradients",))])
+    ("cd-3", True, "replicas", ()), ("cd-3", False, "root", ("--no-delayed-gradients",))])
 def test_resume_after_a_failed_rank_continues_exactly(partitions, request, tmp_path: Path, algo: str,
                                                       narrow: bool, apply: str, extra: tuple) -> None:
     """Resuming at epoch 10 gives the uninterrupted losses (cd-3 resumes with messages in flight
-    under both apply modes, and with delayed gradients in flight); ``narrow``: layer 0 aggregates
+    under both apply modes, at the root with and without delayed gradients); ``narrow``: layer 0 aggregates
     the constant input first, so cd-3 has kept its settled layer-0 aggregate since step 6 (root)
     or 9 (replicas)."""
     parts, folder = (3, request.getfixturevalue("narrow_input_parts")) if narrow else (2, partitions[2])
@@ -197,8 +204,9 @@ def test_resume_after_a_failed_rank_continues_exactly(partitions, request, tmp_p
     epochs = [r["epoch"] for r in records(broken)]
     assert epochs == list(range(1, EPOCHS + 1))  # every epoch exactly once
     np.testing.assert_allclose(losses(broken)[10:], losses(whole)[10:], rtol=1e-6)
-    if extra:  # delayed gradients: 1/r of the rows travel back every epoch
-        assert all(r["bytes_backward"] > 0 for r in records(whole))
+    # cd-r at the root sends its gradients back, 1/r of the rows every epoch, unless told not to
+    sends_gradients = algo == "cd-0" or (algo == "cd-3" and apply != "replicas" and not extra)
+    assert all((r["bytes_backward"] > 0) == sends_gradients for r in records(whole)), (algo, apply)
 
 
 def test_resume_refuses_other_hyperparameters(partitions, tmp_path: Path) -> None:

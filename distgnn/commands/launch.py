@@ -10,11 +10,12 @@ from distgnn.launch import launch, load_preset, num_parts
 from distgnn.launch.submit import EXECUTORS, local_threads
 
 
-def train_flags() -> list[tuple[str, str, bool]]:
-    """(flag, dest, is_switch) of every ``distgnn train`` option (the trainer's own definitions)."""
+def train_flags() -> list[tuple[str, str, bool, object]]:
+    """(flag, dest, is_switch, the value a switch sets) of every ``distgnn train`` option (the
+    trainer's own definitions)."""
     parser = argparse.ArgumentParser(add_help=False)
     add_train_options(parser)
-    return [(a.option_strings[0], a.dest, a.nargs == 0) for a in parser._actions]
+    return [(a.option_strings[0], a.dest, a.nargs == 0, a.const) for a in parser._actions]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,13 +57,21 @@ def check_local_memory(args: argparse.Namespace) -> None:
                            f"the partition attributes; --skip-memory-check starts it anyway)")
 
 
+def parser_default(dest: str) -> object:
+    """The default of a ``distgnn train`` option."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_train_options(parser)
+    return parser.get_default(dest)
+
+
 def train_argv(args: argparse.Namespace, threads: int) -> list[str]:
     """The ``distgnn train`` command every rank runs, from the launch options."""
     argv = ["distgnn", "train", args.partdir]
-    for flag, dest, switch in train_flags():
+    for flag, dest, switch, sets in train_flags():
         value = threads if dest == "threads" else getattr(args, dest)
         if switch:
-            argv += [flag] if value else []
+            # a switch is passed when it set the value (--x and --no-x may share one dest)
+            argv += [flag] if value is not None and value == sets and value != parser_default(dest) else []
         elif value is not None:
             argv += [flag, str(value)]
     if args.quiet:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -42,10 +43,15 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
                    help="where the dense work (linear layers, ReLU, dropout) runs: once per vertex at "
                         "its root (root), or on every replica as DistGNN does (replicas); auto: root "
                         "for cd-0 and cd-<r>, replicas for 0c and cd-<r>-orig (default: %(default)s)")
-    p.add_argument("--delayed-gradients", action="store_true",
-                   help="cd-<r> under --apply root: also send each exchange's gradient back, "
-                        "consumed r epochs later (off: copies and remote parts are constants in "
-                        "backward; see docs/design.md)")
+    gradients = p.add_mutually_exclusive_group()
+    gradients.add_argument("--delayed-gradients", dest="delayed_gradients", action="store_true",
+                           default=None,
+                           help="cd-<r> under --apply root: each exchange's gradient travels back "
+                                "and is consumed r epochs later (the default there; "
+                                "docs/design.md, section 6)")
+    gradients.add_argument("--no-delayed-gradients", dest="delayed_gradients", action="store_false",
+                           default=None, help="cd-<r> under --apply root: copies and remote parts are constants in "
+                                "backward (no backward exchange)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
                                  "-<apply> when --apply is not the algorithm's default)")
     p.add_argument("--skip-memory-check", action="store_true",
@@ -74,16 +80,48 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def launcher_rank() -> int:
+    """This process's rank as the launcher (mpiexec, srun) tells it, read without starting MPI;
+    0 when not launched as a rank."""
+    for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
+        if os.environ.get(name, "").isdigit():
+            return int(os.environ[name])
+    return 0
+
+
+class EpochLine:
+    """One plain line per epoch on stderr (rank 0): loss, the metrics when evaluated, the epoch
+    time and the time left at the mean pace so far. No carriage returns, so logs stay clean."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.done = 0
+
+    def __call__(self, record: dict, epochs: int) -> None:
+        self.seconds += record["epoch_time_s"]
+        self.done += 1
+        left = self.seconds / self.done * (epochs - record["epoch"])
+        metrics = "".join(f" {k} {record[k]:.4f}" for k in ("train", "val", "test") if k in record)
+        print(f"epoch {record['epoch']}/{epochs}: loss {record['loss']:.4f}{metrics} "
+              f"({record['epoch_time_s']:.2f} s, {left:.0f} s left)", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
     from distgnn.train.trainer import check_config
 
-    check_config(config_from_args(args))  # refuse bad options before starting MPI
+    try:
+        check_config(config_from_args(args))  # refuse bad options before starting MPI
+    except DistgnnError as exc:
+        if launcher_rank() == 0:  # every rank refuses; one says so
+            print(f"distgnn train: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     from distgnn.comm import Communicator
     from distgnn.train.trainer import Trainer
 
     comm = Communicator()
     try:
-        trainer = Trainer(args.partdir, config_from_args(args), args.out, comm)
+        trainer = Trainer(args.partdir, config_from_args(args), args.out, comm,
+                          on_epoch=None if args.quiet else EpochLine())
         summary = trainer.run()
     except CollectiveError as exc:
         if comm.rank == 0:
@@ -104,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
             comm.abort(1)
         return 1
     if summary is not None and not args.quiet:
-        print(f"{trainer.run_dir}: {summary['epochs']} epochs, mean epoch "
-              f"{summary['mean_epoch_time_s']:.3f} s, best val {summary['best_val']}, "
-              f"test at best val {summary['test_at_best_val']}")
+        best = "" if summary["best_val"] is None else (
+            f", best val {summary['best_val']:.4f}, test at best val {summary['test_at_best_val']:.4f}")
+        print(f"{trainer.run_dir}: {summary['epochs']} epochs ({summary['apply']}), mean epoch "
+              f"{summary['mean_epoch_time_s']:.3f} s{best}")
     return 0

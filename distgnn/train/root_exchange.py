@@ -26,9 +26,12 @@ bin-b vertex to its leaves (broadcast) and the leaves post their partial of each
 its root (reduce); every message is consumed r steps after it was posted, at the start of step
 e + r, before that step's local sum. So a leaf's copy of a root's row is r to 2r - 1 steps old,
 and a root aggregates ``a = p_root(e) + R`` where R, the sum of its leaves' last delivered
-partials, is r to 2r - 1 steps old. Before the first delivery a copy and R are zero. Copies and R
-are constants in backward: no gradient travels between replicas (docs/design.md gives the
-measurement behind this rule). From step r on, forward bytes per epoch are 1/r of cd-0's.
+partials, is r to 2r - 1 steps old. Before the first delivery a copy and R are zero. With delayed
+gradients (the rule; ``delayed_gradients=False`` turns them off) each exchange's adjoint moves in
+backward for the same bin and is consumed r steps later (:class:`_DelayedReduceGrad`,
+:class:`_TableSum`); without them copies and R are constants in backward. The measurement behind
+the rule is in docs/design.md. From step r on, forward (and backward) bytes per epoch are 1/r of
+cd-0's.
 A layer whose input is the stored features sends no broadcast; when it is also constant in
 training (``constant_layers``: the trainer's input cache on), its partials never change, so it
 posts them only at steps < r and, from step 2r on, when every bin's R has arrived, returns its kept
@@ -231,7 +234,7 @@ class RootAggregation:
     ``part.feat[:n_roots]``), aggregated from ``part.feat`` without a broadcast;
     ``constant_layers`` (a subset): those whose input is also constant in training.
     ``delayed_gradients`` (cd-r only): each exchange's gradient also travels back, r steps late
-    (see :class:`_DelayedReduceGrad` and :class:`_TableSum`); off by default.
+    (see :class:`_DelayedReduceGrad` and :class:`_TableSum`); the trainer turns it on for cd-r.
     """
 
     def __init__(self, part: PartitionData, norm: str, comm: Communicator, eval_comm: Communicator,

@@ -16,7 +16,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -61,7 +61,9 @@ class TrainConfig:
     precision: str = "fp32"
     input_cache: bool = True   #: compute layer 0's aggregate of the input features once
     apply: str = "auto"        #: where the dense work runs: auto, root or replicas
-    delayed_gradients: bool = False   #: cd-r under root: gradients travel back r steps late
+    #: cd-r under root: gradients travel back r steps late (None: the rule, on for cd-r at the
+    #: root; False turns it off there)
+    delayed_gradients: bool | None = None
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
@@ -69,8 +71,21 @@ class TrainConfig:
         keep = ("algo", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
                 "precision", "delayed_gradients")
         out = {k: v for k, v in asdict(self).items() if k in keep}
-        out["apply"] = resolve_apply(self.apply, parse_algorithm(self.algo))
+        algorithm = parse_algorithm(self.algo)
+        out["apply"] = resolve_apply(self.apply, algorithm)
+        out["delayed_gradients"] = resolve_delayed_gradients(self.delayed_gradients, algorithm,
+                                                             out["apply"])
         return out
+
+
+def resolve_delayed_gradients(value: bool | None, algorithm: Algorithm, apply: str) -> bool:
+    """Whether cd-r's gradients travel back (docs/design.md, section 6): by default for cd-r at the
+    root, never elsewhere; asking for them where they do not apply is refused in one line."""
+    applies = algorithm.delay > 0 and not algorithm.original and apply == "root"
+    if value and not applies:
+        raise DistgnnError(f"--delayed-gradients: only for cd-<r> under --apply root (got "
+                           f"{algorithm.name} under {apply})")
+    return applies if value is None else bool(value)
 
 
 def default_run_dir(attrs: dict[str, Any], algo: str, apply: str = "auto") -> Path:
@@ -108,10 +123,8 @@ def check_config(config: TrainConfig) -> Algorithm:
     if not config.weight_decay >= 0.0:
         raise DistgnnError(f"--weight-decay must be >= 0, got {config.weight_decay}")
     check_precision(config.precision)
-    apply = resolve_apply(config.apply, algorithm)
-    if config.delayed_gradients and not (algorithm.delay > 0 and apply == "root"):
-        raise DistgnnError(f"--delayed-gradients: only for cd-<r> under --apply root (got "
-                           f"{config.algo} under {apply})")
+    resolve_delayed_gradients(config.delayed_gradients, algorithm,
+                              resolve_apply(config.apply, algorithm))
     if config.eval_every < 0 or config.checkpoint_every < 0:
         raise DistgnnError("--eval-every and --checkpoint-every must be >= 0")
     return algorithm
@@ -121,8 +134,11 @@ class Trainer:
     """One rank's training run."""
 
     def __init__(self, partition_dir: str | os.PathLike, config: TrainConfig,
-                 run_dir: str | os.PathLike | None = None, comm: Communicator | None = None):
+                 run_dir: str | os.PathLike | None = None, comm: Communicator | None = None,
+                 on_epoch: Callable[[dict[str, Any], int], None] | None = None):
+        """``on_epoch(record, epochs)``: called on rank 0 after every epoch (progress output)."""
         self.config = config
+        self.on_epoch = on_epoch
         self.algorithm = check_config(config)
         self.comm = comm or Communicator()
         self.partition_dir = Path(partition_dir)
@@ -158,7 +174,8 @@ class Trainer:
             self.aggregation = RootAggregation(
                 self.part, config.aggregator, self.comm, self.eval_comm, self.timers,
                 config.threads, stored, self.algorithm.delay,
-                stored if config.input_cache else frozenset(), config.delayed_gradients)
+                stored if config.input_cache else frozenset(),
+                resolve_delayed_gradients(config.delayed_gradients, self.algorithm, self.apply))
         else:
             # layer 0 aggregating first sees the constant features (no dropout before it): with
             # the input cache on, 0c and cd-r keep their own layer-0 aggregate once it settles
@@ -389,6 +406,8 @@ class Trainer:
                     metrics_file.write(json.dumps(record) + "\n")
                     metrics_file.flush()
                     records.append(record)
+                    if self.on_epoch is not None:
+                        self.on_epoch(record, self.config.epochs)
                 if not math.isfinite(record["loss"]):
                     raise CollectiveError(f"loss is {record['loss']} at epoch {epoch + 1}: training diverged "
                                        f"(the last good checkpoint is kept)")

@@ -47,7 +47,7 @@ def part_stores(wildcards):
 def train_options(algo):
     """`distgnn train` options of one algorithm from config['train'] (the experiment's model and
     schedule): `apply` as configured (refused at load time where the algorithm cannot run it),
-    `delayed_gradients` for cd-<r> only (the one algorithm it applies to)."""
+    `delayed_gradients` (when set) for cd-<r> only, the one algorithm it applies to."""
     t = config["train"]
     flags = ["epochs", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "checkpoint_every", "precision"]
@@ -57,8 +57,8 @@ def train_options(algo):
     if t.get("apply", "auto") != "auto":
         options.append(f"--apply {t['apply']}")
     algorithm = parse_algorithm(algo)
-    if t.get("delayed_gradients", False) and algorithm.delay > 0 and not algorithm.original:
-        options.append("--delayed-gradients")
+    if t.get("delayed_gradients") is not None and algorithm.delay > 0 and not algorithm.original:
+        options.append("--delayed-gradients" if t["delayed_gradients"] else "--no-delayed-gradients")
     return " ".join(options)
 
 
