@@ -23,8 +23,12 @@ def test_algorithms_smoke(tmp_path: Path) -> None:
             if line.startswith("| ") and not line.startswith("| algo")}
     assert set(rows) == {"cd-0", "cd-2", "0c"}
     # 0c exchanges no aggregates; cd-0 moves the same bytes forward and backward
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("| algo"))
+    names = [c.strip() for c in header.split("|")[1:-1]]
+    fwd, bwd = names.index("fwd MB/epoch"), names.index("bwd MB/epoch")
     cells = {algo: [c.strip() for c in line.split("|")[1:-1]] for algo, line in rows.items()}
-    assert float(cells["0c"][7]) == 0.0 and float(cells["0c"][8]) == 0.0
-    assert float(cells["cd-0"][7]) == float(cells["cd-0"][8]) > 0
+    assert float(cells["0c"][fwd]) == 0.0 and float(cells["0c"][bwd]) == 0.0
+    assert float(cells["cd-0"][fwd]) == float(cells["cd-0"][bwd]) > 0
+    assert cells["cd-0"][names.index("apply")] == "root" and cells["0c"][names.index("apply")] == "replicas"
     assert "0c loses" in proc.stdout
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000

@@ -14,6 +14,7 @@ from distgnn.cli import main
 from distgnn.errors import DistgnnError
 from distgnn.report import make_report
 from distgnn.report.table import warmup_epochs
+from distgnn.train.algorithms import parse_algorithm, resolve_apply
 
 STORE = "synth-reddit-x0.01"
 
@@ -46,6 +47,7 @@ def write_run(root: Path, method: str, parts: int, algo: str, epochs: int = 8,
     steady = lines[skip:]
     summary = {
         "store": STORE, "method": method, "num_parts": parts, "algo": algo, "epochs": epochs,
+        "apply": resolve_apply("auto", parse_algorithm(algo)),
         "hyperparameters": {"layers": 2, "hidden": 16, "lr": 0.01, "dropout": 0.5},
         "seeds": {"model": 0, "partition": 0}, "versions": {"distgnn": "0.1.0", "torch": "2.13.0"},
         "git_commit": "0123abc", "slurm_job_id": None, "partition_dir": f"partitions/{STORE}/{method}-{parts}",

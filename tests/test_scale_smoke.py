@@ -31,11 +31,12 @@ def test_full_size_smoke(tmp_path: Path) -> None:
         assert "skipped" not in run
         # the estimate the launcher uses holds within 1.3x either way
         assert 1 / 1.3 <= run["peak_rss_bytes"] / run["estimate_bytes"] <= 1.3, run
-    # traffic by kind: cd-0 exchanges both ways, cd-5 forward only (less), 0c gradients only
+    # traffic by kind: cd-0 exchanges both ways; cd-5 (at the root, with its delayed gradients)
+    # both ways too, but 1/r of the rows; 0c gradients only
     assert runs["cd-0", 1]["bytes_forward"] == 0
     assert runs["cd-0", 2]["bytes_forward"] > 0 and runs["cd-0", 2]["bytes_backward"] > 0
     assert 0 < runs["cd-5", 2]["bytes_forward"] < runs["cd-0", 2]["bytes_forward"]
-    assert runs["cd-5", 2]["bytes_backward"] == 0
+    assert 0 < runs["cd-5", 2]["bytes_backward"] < runs["cd-0", 2]["bytes_backward"]
     assert runs["0c", 2]["bytes_forward"] == 0 and runs["0c", 2]["bytes_gradients"] > 0
     # memory-scaling table covers P = 1, 2, 4, and the printed tables name every stage
     assert sorted(m["P"] for m in result["memory_scaling"]) == [1, 2, 4]
