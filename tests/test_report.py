@@ -109,6 +109,10 @@ def test_report_tables_and_plots(runs, tmp_path):
         assert split == pytest.approx(s["mean_epoch_time_s"], rel=1e-6)
     md = (out / "summary.md").read_text()
     assert f"# {STORE}" in md and md.count("| libra |") == 9 and md.count("| random |") == 9
+    # every row names its apply mode in its own column
+    rows = [line for line in md.splitlines() if line.startswith("| libra |") or line.startswith("| random |")]
+    assert all(line.split("|")[4].strip() in ("root", "replicas") for line in rows), rows[0]
+    assert "the DistGNN paper's cd-r" in md
     for name in ("epoch_time.png", "test_vs_epoch.png", "test_vs_time.png", "replication.png"):
         width, height = png_size(out / name)
         assert width > 200 and height > 200, name

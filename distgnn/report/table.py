@@ -90,7 +90,7 @@ def markdown(table: pd.DataFrame) -> str:
         for _, r in part.iterrows():
             ms = [f"{1e3 * float(r[k]):.1f}" for k in ("mean_epoch_time_s", *SPLIT_KEYS, "time_other_s")]
             lines.append(
-                f"| {r.method} | {r.num_parts} | {r.algo} | {r.apply} | {float(r.replication_factor):.3f} | "
+                f"| {r.method} | {r.num_parts} | {r.algo} | {r['apply']} | {float(r.replication_factor):.3f} | "
                 + " | ".join(ms)
                 + f" | {_mib(r.bytes_forward)} | {_mib(r.bytes_backward)} | {_mib(r.bytes_gradients)}"
                 f" | {_mib(r.peak_rss_bytes)} | {float(r.best_val):.4f} | {float(r.test_at_best_val):.4f}"
