@@ -3,6 +3,7 @@
 # Cluster:  snakemake --profile cluster/slurm  (train runs as submitit Slurm jobs of P ranks)
 # Redo one stage: snakemake -c2 --forcerun <rule>.   Outputs: docs/design.md, section 2.
 from snakemake.utils import min_version, validate
+from distgnn.train.algorithms import ALGO_PATTERN  # the one grammar of algorithm names
 
 min_version("8.0")
 
@@ -18,7 +19,7 @@ wildcard_constraints:
     method=r"[a-z]+",
     P=r"[1-9][0-9]*",
     k=r"[0-9]+",
-    algo=r"(0c|cd-[0-9]+(-orig)?)(-root|-replicas)?",  # run folder: algorithm[-apply]
+    algo=rf"(?:{ALGO_PATTERN})(?:-root|-replicas)?",  # run folder: algorithm[-apply]
 
 
 # train only submits (submitit) and waits: it never becomes a Slurm job itself.
@@ -37,9 +38,11 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/partition.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/predict.smk"
 
 
 rule all:
     default_target: True
     input:
         all_reports(),
+        all_predictions(),

@@ -58,7 +58,7 @@ def mib(x: float | None) -> str:
 
 
 def twin_shape(dataset: str, scale: float) -> tuple[int, int, int, int]:
-    """(vertices, edges, feat_dim, classes) a twin will have at ``scale`` (DESIGN 3: vertices and
+    """(vertices, edges, feat_dim, classes) a twin will have at ``scale`` (docs/design.md, section 3: vertices and
     edges times scale, mean degree capped at N/50)."""
     from distgnn.data.synthetic import TWINS
 
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float, default=1.0, help="twin scale (default 1: full size)")
     parser.add_argument("--work", help="work folder (kept; default: a new temp folder)")
-    parser.add_argument("--max-epochs", type=int, default=0, help="cap every run's epochs (0: as the issue says)")
+    parser.add_argument("--max-epochs", type=int, default=0, help="cap every run's epochs (0: the epochs listed in this script's docstring)")
     parser.add_argument("--products-scales", type=float, nargs="*", default=[1.0, 0.5, 0.25, 0.1, 0.05],
                         help="synth-products candidate scales, times --scale (the largest that fits is used; "
                              "none given: no synth-products stage)")

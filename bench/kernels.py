@@ -5,7 +5,7 @@
 For each bench graph: forward y = A x (sum over in-neighbours, CSR by destination) and backward
 A^T g, F = --dim float32 columns. Every case is timed in interleaved rounds (minimum kept). Prints
 ms, the speedup over DGL and effective GB/s = (gathered m*F*4 + index bytes + output bytes) / time
-(DESIGN section 5), beside a STREAM triad measured in the same run, as a markdown table. Extra
+(docs/design.md, section 5), beside a STREAM triad measured in the same run, as a markdown table. Extra
 "ours" rows switch techniques off one at a time, to show which pay here. A case that fails (out of
 memory under --mem-limit-gb) is reported as failed.
 """

@@ -11,7 +11,7 @@ from distgnn.progress import set_quiet
 
 #: Subcommand modules under distgnn.commands; each defines ``register(subparsers)`` which adds its
 #: parser and sets ``func`` (called with the parsed arguments).
-COMMANDS = ("fetch", "inspect", "partition", "verify", "train", "launch", "report",
+COMMANDS = ("fetch", "inspect", "partition", "verify", "train", "predict", "launch", "report",
             "scaling_model")
 
 

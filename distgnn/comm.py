@@ -139,6 +139,11 @@ class Communicator:
     def bcast(self, obj: Any, root: int = 0) -> Any:
         return self.comm.bcast(obj, root=root)
 
+    def alltoall(self, objs: list[Any]) -> list[Any]:
+        """Send ``objs[j]`` (any picklable object, e.g. numpy arrays) to rank j; returns what each
+        rank sent to this one, by rank. For bounded payloads (it pickles)."""
+        return self.comm.alltoall(objs)
+
     def node_sum_and_min(self, value: int, floor: int) -> tuple[int, int]:
         """(sum of ``value``, min of ``floor``) over the ranks sharing this rank's machine."""
         MPI = _mpi()

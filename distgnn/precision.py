@@ -15,8 +15,8 @@ from typing import Callable, ContextManager
 import torch
 
 from distgnn.errors import DistgnnError
+from distgnn.train.config import PRECISIONS
 
-PRECISIONS = ("fp32", "bf16")
 
 LayerFn = Callable[[int, torch.Tensor], torch.Tensor]
 

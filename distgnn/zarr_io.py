@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,11 @@ import zarr
 import zarr.codecs
 
 from distgnn.errors import DistgnnError
+
+# Snakemake marks a finished directory output with a `.snakemake_timestamp` file inside it; every
+# store is one, and zarr warns about the stranger on each open (on every rank). It is harmless.
+warnings.filterwarnings("ignore", message=r"Object at \.snakemake_timestamp is not recognized",
+                        category=UserWarning)
 
 #: Target size of one chunk in bytes (uncompressed).
 CHUNK_BYTES = 8 << 20
@@ -165,13 +171,27 @@ def check_chunks_present(array: zarr.Array, label: str) -> None:
                            f"{array.nchunks} chunks are missing (store damaged or incomplete)")
 
 
+def array_label(array: zarr.Array) -> str:
+    """The array's path on disk, e.g. ``data/x/graph.zarr/feat`` (its name when not on disk)."""
+    root = getattr(array.store, "root", None)
+    return f"{root}/{array.path}" if root is not None else str(array.name)
+
+
 def read(array: zarr.Array, selection: Any = slice(None), label: str | None = None) -> np.ndarray:
-    """``array[selection]``, turning a checksum mismatch or undecodable chunk into one clear line."""
+    """``array[selection]``, turning a checksum mismatch or undecodable chunk into one clear line
+    (naming ``label``, by default the array's path, and the rows of ``selection``)."""
     try:
         return array[selection]
     except Exception as exc:
-        raise DistgnnError(f"{label or array.name}: cannot read chunk data, store corrupted "
-                           f"({type(exc).__name__}: {exc})") from exc
+        rows = ""
+        if isinstance(selection, slice) and selection != slice(None):
+            step = array.chunks[0]
+            start, stop = selection.start or 0, min(selection.stop or array.shape[0], array.shape[0])
+            first, last = start // step, max(start, stop - 1) // step
+            rows = f", chunk {first}" if first == last else f", chunks {first}-{last}"
+            rows += f" (rows {start}-{stop - 1})"
+        raise DistgnnError(f"{label or array_label(array)}{rows}: cannot read chunk data, store "
+                           f"corrupted ({type(exc).__name__}: {exc})") from exc
 
 
 def verify_checksums(group: zarr.Group, label: str, progress_desc: str | None = None) -> None:

@@ -64,3 +64,69 @@ def test_building_the_cli_does_not_initialise_mpi() -> None:
             "print('mpi4py.MPI' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# import name -> distribution name, where they differ
+IMPORT_NAMES = {"yaml": "pyyaml", "torch_geometric": "torch-geometric", "snakemake_executor_plugin_slurm":
+                "snakemake-executor-plugin-slurm", "sklearn": "scikit-learn",
+                "google_crc32c": "google-crc32c"}
+# declared for what they bring at run time, not imported by name in distgnn/
+RUNTIME_ONLY = {
+    "snakemake": "the workflow runner (Snakefile)",
+    "snakemake-executor-plugin-slurm": "the Slurm profile's executor",
+    "jsonschema": "Snakemake's validate() of the config (Snakefile)",
+    "ogb": "dataset metadata, read from its master.csv found by importlib.util.find_spec",
+}
+
+
+def test_declared_dependencies_are_the_imported_ones() -> None:
+    """Every third-party module that distgnn/ imports is declared, and every declared run-time
+    dependency is imported somewhere (or listed above with its reason)."""
+    import ast
+    import sys
+
+    imported = set()
+    for path in (REPO / "distgnn").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = {IMPORT_NAMES.get(m, m).lower() for m in imported
+                   if m not in sys.stdlib_module_names and m not in {"distgnn", "__future__"}}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    declared = {_name(r) for r in project["dependencies"]}
+    optional = {_name(r) for extra in project["optional-dependencies"].values() for r in extra}
+    assert third_party <= declared | optional, f"imported, not declared: {third_party - declared - optional}"
+    unused = declared - third_party - set(RUNTIME_ONLY)
+    assert not unused, f"declared, never imported by distgnn/: {sorted(unused)}"
+
+
+def test_command_line_help_imports_no_heavy_module() -> None:
+    """`distgnn --help` and every subcommand's parser come up without torch, zarr, matplotlib,
+    pandas or MPI (they are imported when a command runs)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, distgnn.cli as c; c.build_parser(); "
+            "print(sorted(m for m in ('torch', 'zarr', 'matplotlib', 'pandas', 'mpi4py') "
+            "if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_train_defaults_are_the_config_defaults() -> None:
+    """Every key of config/config.yaml's train section that is a `distgnn train` option has the
+    same default on the command line."""
+    from dataclasses import fields
+
+    import yaml
+
+    from distgnn.train.config import TrainConfig
+
+    train = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["train"]
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    shared = sorted(set(train) & set(defaults))
+    assert {"epochs", "eval_every", "checkpoint_every", "hidden", "lr", "apply"} <= set(shared)
+    differ = {k: (train[k], defaults[k]) for k in shared if train[k] != defaults[k]}
+    assert not differ, f"config.yaml vs distgnn train defaults: {differ}"

@@ -138,3 +138,63 @@ def test_run_that_would_not_fit_is_refused_before_it_starts(two_parts, tmp_path:
                             "--epochs", "1", "--out", tmp_path / "run", "--log-dir", tmp_path / "logs"))
     assert "would not fit in memory" in line and "GiB" in line
     assert not (tmp_path / "logs").exists()  # nothing was submitted
+
+
+def _damage_first_chunk(array_folder: Path) -> Path:
+    chunk = sorted(p for p in (array_folder / "c").rglob("*") if p.is_file())[0]
+    chunk.write_bytes(chunk.read_bytes()[:-7])
+    return chunk
+
+
+def test_damaged_feature_chunk_fails_partition_in_one_line_leaving_nothing(two_parts, tmp_path: Path) -> None:
+    graph = tmp_path / "graph.zarr"
+    shutil.copytree(two_parts[0], graph)
+    _damage_first_chunk(graph / "feat")
+    out = tmp_path / "parts"
+    proc = run_cli("partition", graph, "--parts", "2", "--out", out, "--threads", "1", "--quiet")
+    line = one_line(proc, "distgnn partition: error:")
+    assert proc.returncode == 2
+    assert f"{graph}/feat, chunk 0" in line and "corrupted" in line, line
+    assert not (out / "assignment.zarr").exists()
+    assert not list(out.glob("part_*.zarr")) and not list(out.glob(".*")), list(out.iterdir())
+
+
+def test_verify_checks_a_graph_store(two_parts, tmp_path: Path) -> None:
+    proc = run_cli("verify", two_parts[0], "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert "ok" in proc.stdout
+    graph = tmp_path / "graph.zarr"
+    shutil.copytree(two_parts[0], graph)
+    _damage_first_chunk(graph / "label")
+    line = one_line(run_cli("verify", graph), "distgnn verify: error:")
+    assert f"{graph}/label" in line and "chunk" in line, line
+
+
+def test_warnings_for_parts_without_edges_and_too_few_training_vertices(tmp_path: Path) -> None:
+    """A twin of 23 vertices (41 classes) in 8 parts: partition warns about the empty parts, train
+    about the training vertices; both still succeed."""
+    from distgnn.data.fetch import fetch
+
+    graph = fetch("synth-reddit", root=tmp_path / "data", scale=0.0001, threads=1)
+    proc = run_cli("partition", graph, "--parts", "8", "--out", tmp_path / "p8", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    warned = [l for l in proc.stderr.splitlines() if l.startswith("distgnn partition: warning: part")]
+    assert len(warned) == 1 and "hold no edge" in warned[0], proc.stderr
+    proc = run_cli("partition", graph, "--parts", "1", "--out", tmp_path / "p1", "--quiet")
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    proc = run_cli("train", tmp_path / "p1", "--epochs", "1", "--hidden", "8", "--threads", "1",
+                   "--out", tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr
+    warned = [l for l in proc.stderr.splitlines() if "warning" in l]
+    assert len(warned) == 1 and "for 41 classes" in warned[0], proc.stderr
+
+
+def test_snakemake_timestamp_in_a_store_raises_no_warning(two_parts, tmp_path: Path) -> None:
+    """Snakemake leaves `.snakemake_timestamp` inside directory outputs; reading the stores must
+    not warn about it (it used to, on every rank of every job)."""
+    parts = copy_parts(two_parts[1], tmp_path)
+    for store in parts.iterdir():
+        (store / ".snakemake_timestamp").touch()
+    proc = run_cli("inspect", parts, env={"PYTHONWARNINGS": "always"})
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning" not in proc.stderr, proc.stderr

@@ -13,15 +13,14 @@ import pytest
 from distgnn.cli import main
 from distgnn.errors import DistgnnError
 from distgnn.report import make_report
-from distgnn.report.table import warmup_epochs
-from distgnn.train.algorithms import parse_algorithm, resolve_apply
+from distgnn.train.algorithms import parse_algorithm, resolve_apply, steady_start
 
 STORE = "synth-reddit-x0.01"
 
 
 def write_run(root: Path, method: str, parts: int, algo: str, epochs: int = 8,
               rng: np.random.Generator | None = None) -> dict:
-    """A run folder with realistic values and every DESIGN 6 key; returns the summary."""
+    """A run folder with realistic values and every key of docs/design.md, section 6; returns the summary."""
     rng = rng or np.random.default_rng(parts * 100 + len(algo))
     run = root / f"{method}-{parts}" / algo  # the report must not parse this path
     run.mkdir(parents=True)
@@ -43,7 +42,7 @@ def write_run(root: Path, method: str, parts: int, algo: str, epochs: int = 8,
                       "peak_rss_bytes": 300_000_000 + 1_000_000 * e,
                       "train": val + 0.05, "val": val, "test": test})
     (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    skip = warmup_epochs(algo)
+    skip = steady_start(parse_algorithm(algo), epochs)
     steady = lines[skip:]
     summary = {
         "store": STORE, "method": method, "num_parts": parts, "algo": algo, "epochs": epochs,
@@ -117,6 +116,10 @@ def test_report_tables_and_plots(runs, tmp_path):
         width, height = png_size(out / name)
         assert width > 200 and height > 200, name
     assert not [p for p in out.iterdir() if p.name.startswith(".")], "temporary files left behind"
+    from distgnn.report.make import current_umask
+
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert set(modes.values()) == {0o666 & ~current_umask()}, modes  # the umask decides, not mkstemp
 
 
 def test_report_reads_provenance_not_paths(tmp_path):

@@ -107,3 +107,33 @@ def test_preemption_requeues_and_resumes(local_slurm, parts: Path, tmp_path: Pat
     assert summary["slurm_job_id"] == job_id
     show = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
     assert "Restarts=1" in show or show == ""  # finished jobs may already be purged
+
+
+def test_sigstop_of_a_rank_under_srun_ends_the_job_naming_it(local_slurm, parts: Path, tmp_path: Path) -> None:
+    """A frozen rank (SIGSTOP) under srun: the watchdog of the live rank ends the job within 60 s
+    with one line naming rank 1 (docs/design.md, section 7)."""
+    from distgnn.train.watchdog import HEARTBEATS, read_heartbeat
+
+    run = tmp_path / "run"
+    proc = start_launch(parts, run, tmp_path, "--epochs", "100000", "--checkpoint-every", "0",
+                        "--hang-timeout", "20")
+    wait_for(lambda: epochs_written(run) >= 3 and (run / HEARTBEATS / "rank_1").exists(), proc, 240,
+             "three epochs")
+    beat = read_heartbeat(run / HEARTBEATS / "rank_1")
+    assert beat is not None
+    os.kill(beat[1], signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        try:
+            os.kill(beat[1], signal.SIGKILL)  # if Slurm did not reap it
+        except ProcessLookupError:
+            pass
+    assert time.monotonic() - stopped < 60, "the job did not end within 60 s"
+    assert proc.returncode != 0
+    logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "logs" / "submitit").rglob("*.err"))
+    lines = [l for l in (stderr + logs).splitlines() if "--hang-timeout" in l and "rank 1 (epoch" in l]
+    assert lines, (stderr[-2000:], logs[-2000:])

@@ -137,3 +137,9 @@ def test_neighbour_mean_beats_own_features(tmp_path: Path) -> None:
         clf = LogisticRegression(max_iter=300).fit(features[train], y[train])
         accuracy[name] = clf.score(features[test], y[test])
     assert accuracy["neighbours"] >= accuracy["own"] + 0.10, accuracy
+
+
+def test_catalog_lists_every_twin() -> None:
+    from distgnn.data.catalog import TWIN_NAMES
+
+    assert tuple(TWINS) == TWIN_NAMES

@@ -227,6 +227,22 @@ def test_rank_count_must_equal_parts(partitions, tmp_path: Path) -> None:
     assert len(lines) == 1 and "3 parts but 2 ranks" in lines[0], proc.stderr
 
 
+@pytest.mark.parametrize("option,value,needle", [("--lr", "-0.01", "--lr"), ("--eval-every", "-1", "--eval-every"),
+                                                 ("--algo", "cd-abc", "unknown algorithm"),
+                                                 ("--epochs", "0", "--epochs")])
+def test_bad_options_at_two_ranks_are_one_line_from_rank_0(partitions, tmp_path: Path, option: str,
+                                                          value: str, needle: str) -> None:
+    """Refused before MPI starts or any part loads: one line (rank 0's), exit 2, no traceback, no
+    MPI_ABORT banner, no run folder."""
+    proc = mpiexec(2, "train", partitions[2], option, value, "--out", tmp_path / "r")
+    assert proc.returncode == 2, proc.stderr
+    lines = [l for l in proc.stderr.splitlines() if l.strip()]
+    ours = [l for l in lines if l.startswith("distgnn train: error:")]
+    assert len(ours) == 1 and needle in ours[0], proc.stderr
+    assert "Traceback" not in proc.stderr and "MPI_ABORT" not in proc.stderr, proc.stderr
+    assert not (tmp_path / "r").exists()
+
+
 def test_bad_algorithm_names(partitions, tmp_path: Path) -> None:
     for name in ("cd-x", "cd--1", "cd-0-orig", "1c"):
         proc = run_cli("train", partitions[1], "--algo", name, "--out", tmp_path / "r")

@@ -110,3 +110,28 @@ def test_input_cache_equals_aggregating_every_epoch(tmp_path: Path) -> None:
         for a, b in zip(cached, every_epoch):
             if "val" in a:
                 assert abs(a["val"] - b["val"]) < 0.01 and abs(a["test"] - b["test"]) < 0.01
+
+
+def test_epoch_lines_resume_notes_and_quiet(tmp_path: Path) -> None:
+    """One `epoch E/N` line per epoch on stderr; --resume without a checkpoint says so and starts
+    afresh, with one it says where it continues; --quiet prints nothing."""
+    folder = one_part(tmp_path, "synth-reddit", 0.002)
+    run = tmp_path / "run"
+    common = ("--hidden", "16", "--threads", "1", "--out", run, "--checkpoint-every", "1",
+              "--eval-every", "2", "--resume")
+    proc = run_cli("train", folder, "--epochs", "3", *common)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0] == f"distgnn train: --resume: no checkpoint under {run / 'checkpoints'}; starting at epoch 1"
+    epochs = [l for l in lines if l.startswith("epoch ")]
+    assert [l.split(":")[0] for l in epochs] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"], proc.stderr
+    assert " val " in epochs[1] and " val " not in epochs[0] and "s left)" in epochs[0]
+    assert "\r" not in proc.stderr
+    proc = run_cli("train", folder, "--epochs", "5", *common)
+    assert proc.returncode == 0, proc.stderr
+    # the last epoch of a run leaves model.pt, not a checkpoint: the newest one is after epoch 2
+    assert "--resume: continuing after epoch 2 from " in proc.stderr.splitlines()[0]
+    assert [l.split(":")[0] for l in proc.stderr.splitlines() if l.startswith("epoch ")] == \
+        ["epoch 3/5", "epoch 4/5", "epoch 5/5"]
+    proc = run_cli("train", folder, "--epochs", "2", "--quiet", *common[:-1], "--out", tmp_path / "q")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr

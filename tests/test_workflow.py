@@ -62,6 +62,15 @@ def test_lint_is_clean():
     assert "Lints for" not in proc.stdout + proc.stderr
 
 
+def test_schema_uses_the_one_algorithm_grammar():
+    import yaml
+
+    from distgnn.train.algorithms import ALGO_PATTERN
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    assert schema["properties"]["train"]["properties"]["algos"]["items"]["pattern"] == f"^(?:{ALGO_PATTERN})$"
+
+
 def test_dry_run_of_default_config_lists_the_jobs(tmp_path):
     # in a copy of the workflow: outputs of an earlier `scripts/demo.sh` in the working tree
     # must not turn the dry run into "Nothing to be done"
@@ -74,7 +83,7 @@ def test_dry_run_of_default_config_lists_the_jobs(tmp_path):
         "fetch": stores, "assign": stores * len(methods) * len(parts),
         "build": stores * len(methods) * sum(parts),
         "train": stores * len(methods) * len(parts) * len(algos), "report": stores, "all": 1}
-    # The default experiment of the issue: cd-0, cd-5, 0c on 1, 2, 4 partitions of a small twin.
+    # The default experiment: cd-0, cd-5, 0c on 1, 2, 4 partitions of a small twin.
     assert set(algos) == {"cd-0", "cd-5", "0c"} and parts == [1, 2, 4]
     assert "distgnn launch partitions/synth-reddit-x0.01/libra-4 --algo cd-5" in proc.stdout
     assert "--executor local" in proc.stdout
@@ -98,6 +107,16 @@ def test_input_cache_false_reaches_the_train_command(tmp_path):
     proc = snakemake("-n", "-p", cwd=wd)
     assert proc.returncode == 0, proc.stderr
     assert "--algo cd-0" in proc.stdout and "--no-input-cache" in proc.stdout
+
+
+def test_predict_enabled_adds_one_predict_job_per_run(tmp_path):
+    config = tiny(train={"algos": ["cd-0", "cd-1"]})
+    config["predict"] = {"enabled": True, "layer": 0}
+    proc = snakemake("-n", "-p", cwd=workdir(tmp_path, config))
+    assert proc.returncode == 0, proc.stderr
+    assert job_stats(proc.stdout)["predict"] == 4  # P = 1, 2 x two algorithms
+    assert ("mpiexec --oversubscribe -n 2 distgnn predict runs/synth-reddit-x0.01/libra-2/cd-1 "
+            "--threads 1 --quiet --layer 0") in proc.stdout
 
 
 def test_apply_names_the_run_folders_and_reaches_the_train_command(tmp_path):
@@ -172,6 +191,20 @@ def test_tiny_local_run_then_epochs_change_reruns_train_and_report(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert job_stats(proc.stderr + proc.stdout) == {"train": 1, "report": 1, "all": 1}
     assert list(pd.read_csv(report / "summary.csv").epochs) == [3]
+
+    # predictions on request: 2 ranks, the run's final test accuracy from its logits
+    target = "runs/synth-reddit-x0.01/libra-2/cd-0/predictions.zarr"
+    proc = snakemake("--profile", "cluster/local", target, cwd=wd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert job_stats(proc.stderr + proc.stdout) == {"predict": 1}
+    import zarr
+
+    logits = zarr.open_group(str(wd / target), mode="r")["logits"][:]
+    graph = zarr.open_group(str(wd / "data/synth-reddit-x0.01/graph.zarr"), mode="r")
+    test = graph["test_mask"][:]
+    summary = json.loads((wd / "runs/synth-reddit-x0.01/libra-2/cd-0/summary.json").read_text())
+    assert float((logits[test].argmax(1) == graph["label"][:][test]).mean()) == pytest.approx(
+        summary["final_test"], abs=1e-12)
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from distgnn.data.fetch import DATASETS, fetch, store_path
-from distgnn.data.graph_store import DEFAULT_CHUNK_BUDGET
+from distgnn.data.catalog import DATASETS, DEFAULT_CHUNK_BUDGET
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,6 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from distgnn.data.fetch import fetch, store_path
+
     start = time.perf_counter()
     target = store_path(args.root, args.dataset, args.scale, args.seed, args.name, args.mean_degree,
                         args.labelled_fraction)

@@ -81,7 +81,7 @@ def train_argv(args: argparse.Namespace, threads: int) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from distgnn.commands.train import config_from_args
-    from distgnn.train.trainer import check_config
+    from distgnn.train.config import check_config
 
     check_config(config_from_args(args))  # refuse bad options before anything is submitted
     ranks = num_parts(args.partdir)

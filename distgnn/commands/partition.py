@@ -1,4 +1,4 @@
-"""distgnn partition: vertex-cut partitioning of a graph store (DESIGN sections 2 and 4).
+"""distgnn partition: vertex-cut partitioning of a graph store (docs/design.md, sections 2 and 4).
 
 Three forms share one parser (the first positional picks the form):
 
@@ -55,6 +55,24 @@ def _print_assignment(out, attrs) -> None:
           f"({attrs['assign_seconds']:.2f} s assign)")
     print(format_quality(attrs))
     print(part_table(attrs))
+    empty = [k for k in range(attrs["P"]) if attrs["part_edges"][k] == 0]
+    if empty:
+        import sys
+
+        print(f"distgnn partition: warning: part{'s' if len(empty) > 1 else ''} "
+              f"{', '.join(map(str, empty))} of {attrs['P']} hold no edge (more parts than the "
+              f"graph can fill; their ranks would only hold isolated vertices)", file=sys.stderr)
+
+
+def _remove_outputs(out) -> None:
+    """Remove the assignment and every part store of a folder whose build failed."""
+    import shutil
+    from pathlib import Path
+
+    from distgnn.partition import layout
+
+    for store in [Path(out) / layout.ASSIGNMENT, *Path(out).glob("part_*.zarr")]:
+        shutil.rmtree(store, ignore_errors=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -84,6 +102,10 @@ def run(args: argparse.Namespace) -> int:
     if stage is None:
         from distgnn.partition.build import build_all
 
-        build_all(out, args.threads)
+        try:
+            build_all(out, args.threads)
+        except BaseException:
+            _remove_outputs(out)  # an assignment without its parts must not look complete
+            raise
         print(f"{out}: {args.parts} parts built ({time.perf_counter() - start:.1f} s in all)")
     return 0

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import argparse
 
-from distgnn.report import make_report
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="summary.csv, summary.md and PNG plots of a store's runs",
@@ -17,6 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from distgnn.report import make_report
+
     paths = make_report(args.runs, args.out)
     if not args.quiet:
         for path in paths:

@@ -2,17 +2,15 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import traceback
 
-from distgnn.errors import CollectiveError, DistgnnError
+from distgnn.commands.ranks import refuse_before_mpi, run_on_ranks
 
 
 def add_train_options(p: argparse.ArgumentParser) -> None:
     """The training options shared by ``train`` and ``launch``."""
     from distgnn.train.algorithms import APPLY_MODES
-    from distgnn.train.trainer import TrainConfig
+    from distgnn.train.config import TrainConfig
 
     d = TrainConfig()
     p.add_argument("--algo", default=d.algo,
@@ -54,12 +52,16 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
                                 "backward (no backward exchange)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
                                  "-<apply> when --apply is not the algorithm's default)")
+    p.add_argument("--hang-timeout", type=float, default=d.hang_timeout_s, metavar="S",
+                   help="end the job when a rank sends no heartbeat for S seconds (a frozen node), "
+                        "naming it; a long epoch whose ranks are alive is never ended (0: off; "
+                        "default: %(default)s)")
     p.add_argument("--skip-memory-check", action="store_true",
                    help="start even when the memory estimate exceeds what is available")
 
 
 def config_from_args(args: argparse.Namespace):
-    from distgnn.train.trainer import TrainConfig
+    from distgnn.train.config import TrainConfig
 
     return TrainConfig(algo=args.algo, epochs=args.epochs, layers=args.layers, hidden=args.hidden,
                        aggregator=args.aggregator, lr=args.lr, dropout=args.dropout,
@@ -67,7 +69,8 @@ def config_from_args(args: argparse.Namespace):
                        checkpoint_every=args.checkpoint_every, resume=args.resume,
                        threads=args.threads, memory_check=not args.skip_memory_check,
                        precision=args.precision, input_cache=not args.no_input_cache,
-                       apply=args.apply, delayed_gradients=args.delayed_gradients)
+                       apply=args.apply, delayed_gradients=args.delayed_gradients,
+                       hang_timeout_s=args.hang_timeout)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -78,15 +81,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_train_options(p)
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=run)
-
-
-def launcher_rank() -> int:
-    """This process's rank as the launcher (mpiexec, srun) tells it, read without starting MPI;
-    0 when not launched as a rank."""
-    for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 0
 
 
 class EpochLine:
@@ -107,40 +101,26 @@ class EpochLine:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distgnn.train.trainer import check_config
+    from distgnn.train.config import check_config
 
-    try:
-        check_config(config_from_args(args))  # refuse bad options before starting MPI
-    except DistgnnError as exc:
-        if launcher_rank() == 0:  # every rank refuses; one says so
-            print(f"distgnn train: error: {exc}", file=sys.stderr, flush=True)
-        return 2
+    refused = refuse_before_mpi("train", lambda: check_config(config_from_args(args)))
+    if refused is not None:
+        return refused
     from distgnn.comm import Communicator
     from distgnn.train.trainer import Trainer
 
     comm = Communicator()
-    try:
+    trainer = None
+
+    def body():
+        nonlocal trainer
         trainer = Trainer(args.partdir, config_from_args(args), args.out, comm,
                           on_epoch=None if args.quiet else EpochLine())
-        summary = trainer.run()
-    except CollectiveError as exc:
-        if comm.rank == 0:
-            print(f"distgnn train: error: {exc}", file=sys.stderr, flush=True)
-        return 2
-    except DistgnnError as exc:
-        # Raised on every rank alike (bad option, rank count) or on one rank only (its part is
-        # damaged): the failing rank reports, and ends the job so no rank waits forever.
-        prefix = f"distgnn train: rank {comm.rank}: error: " if comm.size > 1 else "distgnn train: error: "
-        print(prefix + str(exc), file=sys.stderr, flush=True)
-        if comm.size > 1:
-            comm.abort(2)
-        return 2
-    except Exception as exc:  # a bug or a fault on this rank: name it, end every rank
-        traceback.print_exc()
-        print(f"distgnn train: rank {comm.rank}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        if comm.size > 1:
-            comm.abort(1)
-        return 1
+        return trainer.run()
+
+    status, summary = run_on_ranks("train", comm, body)
+    if status:
+        return status
     if summary is not None and not args.quiet:
         best = "" if summary["best_val"] is None else (
             f", best val {summary['best_val']:.4f}, test at best val {summary['test_at_best_val']:.4f}")

@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
+from distgnn.data.catalog import DATASETS, OGB_DATASETS, PLANETOID_DATASETS
 from distgnn.data.graph_store import DEFAULT_CHUNK_BUDGET, store_name, write_graph_store
 from distgnn.data.source import GraphSource
 from distgnn.data.synthetic import TWINS, make_twin
 from distgnn.errors import DistgnnError
-
-OGB_DATASETS = ("ogbn-products", "ogbn-papers100M", "ogbn-proteins")
-PLANETOID_DATASETS = ("cora", "citeseer", "pubmed")
-DATASETS = (*OGB_DATASETS, "reddit", *PLANETOID_DATASETS, "npy", *TWINS)
 
 
 def _reader(dataset: str) -> Callable[..., GraphSource]:

@@ -27,6 +27,7 @@ import numpy as np
 import zarr
 
 from distgnn import _native
+from distgnn.data.catalog import DEFAULT_CHUNK_BUDGET  # noqa: F401 (re-exported)
 from distgnn.data.source import GraphSource
 from distgnn.errors import DistgnnError
 from distgnn.progress import progress
@@ -36,8 +37,6 @@ from distgnn.zarr_io import (AtomicGroup, ChecksummedWriter, combine_digests, cr
 FORMAT_VERSION = 1
 MASKS = ("train_mask", "val_mask", "test_mask")
 REQUIRED = ("indptr", "indices", "feat", "label", *MASKS)
-#: Default memory budget for one block of streamed features or edges.
-DEFAULT_CHUNK_BUDGET = 64 << 20
 
 
 def store_name(dataset: str, scale: float = 1.0, seed: int = 0, name: str | None = None,

@@ -10,7 +10,7 @@ import zarr.codecs
 
 from distgnn import _native
 from distgnn.errors import DistgnnError
-from distgnn.zarr_io import ChecksummedWriter, create_array, rows_per_chunk
+from distgnn.zarr_io import ChecksummedWriter, create_array, read, rows_per_chunk
 
 
 _NATIVE_GATHER = (np.dtype(np.float32), np.dtype(np.float64))
@@ -22,7 +22,7 @@ def read_whole(array: zarr.Array) -> np.ndarray:
     out = np.empty(array.shape, dtype=array.dtype)
     step = array.chunks[0]
     for start in range(0, array.shape[0], step):
-        out[start:start + step] = array[start:start + step]
+        out[start:start + step] = read(array, slice(start, start + step))
     return out
 
 
@@ -168,7 +168,7 @@ def gather_rows_multi(source: zarr.Array, targets: list[tuple[np.ndarray, RowWri
             continue
         first = min(int(rows[lo]) for (rows, _), (lo, hi) in zip(targets, spans) if hi > lo)
         last = max(int(rows[hi - 1]) for (rows, _), (lo, hi) in zip(targets, spans) if hi > lo) + 1
-        block = source[first:last]
+        block = read(source, slice(first, last))
         for (rows, writer), (lo, hi) in zip(targets, spans):
             if hi > lo:
                 writer.take(block, rows[lo:hi] - first)

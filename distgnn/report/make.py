@@ -15,10 +15,18 @@ REPORT_FILES = ("summary.csv", "summary.md", "epoch_time.png", "test_vs_epoch.pn
                 "test_vs_time.png", "replication.png")
 
 
+def current_umask() -> int:
+    """The process's umask (reading it means setting it, so it is set back at once)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(tmp)`` on a temporary file beside ``path``, then rename it to ``path``."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; a report is for the group too
     try:
         write(Path(tmp))
         os.replace(tmp, path)

@@ -1,12 +1,12 @@
 """The summary table: one row per (store, method, P, algorithm)."""
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pandas as pd
 
 from distgnn.report.load import Run
+from distgnn.train.algorithms import parse_algorithm, steady_start
 
 #: Epoch-time components of metrics.jsonl, in stacking order; "other" is the rest of the epoch.
 SPLIT_KEYS = ("time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_allreduce_s")
@@ -17,17 +17,13 @@ COLUMNS = ("store", "method", "num_parts", "algo", "apply", "replication_factor"
            "epochs", "slurm_job_id")
 
 
-def warmup_epochs(algo: str) -> int:
-    """Epochs left out of steady-state figures: the first 2r for cd-r and cd-r-orig (DESIGN 6)."""
-    match = re.fullmatch(r"cd-(\d+)(-orig)?", algo)
-    return 2 * int(match.group(1)) if match else 0
-
-
 def steady(run: Run) -> list[dict[str, Any]]:
     """The steady-state epochs of a run, by the trainer's own rule (``steady_state_from_epoch`` in
-    summary.json; older runs: past the first 2r); all of them when that would leave none."""
+    summary.json; older runs: the same rule, :func:`~distgnn.train.algorithms.steady_start`);
+    all of them when that would leave none."""
     start = run.summary.get("steady_state_from_epoch")
-    skip = int(start) - 1 if start is not None else warmup_epochs(str(run.summary["algo"]))
+    skip = (int(start) - 1 if start is not None
+            else steady_start(parse_algorithm(str(run.summary["algo"])), len(run.epochs)))
     return run.epochs[skip:] or run.epochs
 
 

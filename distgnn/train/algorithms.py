@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from distgnn.errors import DistgnnError
 
+#: The one grammar of algorithm names (the workflow's wildcard and the report use it too).
+ALGO_PATTERN = r"0c|cd-0|cd-[1-9][0-9]*(?:-orig)?"
 _PATTERN = re.compile(r"^(?:(0c)|cd-(0)|cd-([1-9][0-9]*)(-orig)?)$")
 
 
@@ -43,6 +45,14 @@ class Algorithm:
     def global_degree(self) -> bool:
         """cd-0 and cd-r divide by the global degree; 0c by the local one (cd-r-orig: per vertex)."""
         return self.exchange and not self.original
+
+
+def steady_start(algorithm: Algorithm, epochs: int) -> int:
+    """First epoch (0-based) counted in steady-state figures: 2r for cd-r (its messages and their
+    deliveries are in flight from then on); 1 otherwise (the first epoch builds caches); 0 when that
+    would leave nothing. The trainer records it in summary.json; the report reads it from there."""
+    start = 2 * algorithm.delay if algorithm.delay else 1
+    return start if epochs > start else 0
 
 
 def parse_algorithm(name: str) -> Algorithm:

@@ -12,13 +12,17 @@ class Timers:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        #: the part being timed now ('' outside every part): what the hang watchdog reports
+        self.current = ""
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
+        outer, self.current = self.current, name
         try:
             yield
         finally:
+            self.current = outer
             self.seconds[name] += time.perf_counter() - start
 
     def reset(self) -> dict[str, float]:

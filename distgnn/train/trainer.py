@@ -4,7 +4,7 @@ Every rank holds one partition and an identical model (same seed). Per epoch: fo
 local vertices with the algorithm's aggregation, loss summed over this rank's root training
 vertices divided by the global training count, backward, gradients summed over ranks, Adam.
 Rank 0 writes ``metrics.jsonl`` (one JSON line per epoch), and at the end ``summary.json`` and
-``model.pt``. See DESIGN section 6 for the keys.
+``model.pt``. See docs/design.md, section 6 for the keys.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import math
 import os
 import resource
 import shutil
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,67 +26,22 @@ from distgnn import ops
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.models import GraphSAGE
-from distgnn.precision import check_precision, dense_autocast, in_float32
+from distgnn.precision import dense_autocast, in_float32
+from distgnn.progress import is_quiet
 from distgnn.train import checkpoint as ckpt
 from distgnn.models import linear_first
-from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply, run_name
+from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply, run_name, steady_start
+from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients  # noqa: F401
 from distgnn.train.exchange import DistributedAggregation
 from distgnn.train.root_exchange import RootAggregation
 from distgnn.train.metrics import loss_sum, mean_roc_auc
 from distgnn.train.partition_data import PartitionData, load_partition, read_num_parts
 from distgnn.train.provenance import git_commit, slurm_job_id, versions
 from distgnn.train.timers import Timers
+from distgnn.train.watchdog import Watchdog
 
 FAIL_RANK_ENV = "DISTGNN_TEST_FAIL_RANK"    #: test-only: this rank raises ...
 FAIL_EPOCH_ENV = "DISTGNN_TEST_FAIL_EPOCH"  #: ... at this (0-based) epoch (default 0)
-
-
-@dataclass
-class TrainConfig:
-    """Hyperparameters (compared on --resume) and run settings."""
-
-    algo: str = "cd-0"
-    epochs: int = 100
-    layers: int = 2
-    hidden: int = 64
-    aggregator: str = "mean"
-    lr: float = 0.01
-    dropout: float = 0.5
-    weight_decay: float = 0.0
-    seed: int = 0
-    eval_every: int = 1
-    checkpoint_every: int = 0
-    resume: bool = False
-    threads: int = 0
-    memory_check: bool = True
-    precision: str = "fp32"
-    input_cache: bool = True   #: compute layer 0's aggregate of the input features once
-    apply: str = "auto"        #: where the dense work runs: auto, root or replicas
-    #: cd-r under root: gradients travel back r steps late (None: the rule, on for cd-r at the
-    #: root; False turns it off there)
-    delayed_gradients: bool | None = None
-
-    def hyperparameters(self) -> dict[str, Any]:
-        """The settings a checkpoint must agree with (run length and I/O cadence may change);
-        ``apply`` as resolved (``root`` or ``replicas``)."""
-        keep = ("algo", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
-                "precision", "delayed_gradients")
-        out = {k: v for k, v in asdict(self).items() if k in keep}
-        algorithm = parse_algorithm(self.algo)
-        out["apply"] = resolve_apply(self.apply, algorithm)
-        out["delayed_gradients"] = resolve_delayed_gradients(self.delayed_gradients, algorithm,
-                                                             out["apply"])
-        return out
-
-
-def resolve_delayed_gradients(value: bool | None, algorithm: Algorithm, apply: str) -> bool:
-    """Whether cd-r's gradients travel back (docs/design.md, section 6): by default for cd-r at the
-    root, never elsewhere; asking for them where they do not apply is refused in one line."""
-    applies = algorithm.delay > 0 and not algorithm.original and apply == "root"
-    if value and not applies:
-        raise DistgnnError(f"--delayed-gradients: only for cd-<r> under --apply root (got "
-                           f"{algorithm.name} under {apply})")
-    return applies if value is None else bool(value)
 
 
 def default_run_dir(attrs: dict[str, Any], algo: str, apply: str = "auto") -> Path:
@@ -93,41 +49,8 @@ def default_run_dir(attrs: dict[str, Any], algo: str, apply: str = "auto") -> Pa
             / run_name(algo, apply))
 
 
-def steady_start(algorithm: Algorithm, epochs: int) -> int:
-    """First epoch (0-based) counted in steady-state figures: 2r for cd-r; 1 otherwise (the first
-    epoch builds caches); 0 when that would leave nothing."""
-    start = 2 * algorithm.delay if algorithm.delay else 1
-    return start if epochs > start else 0
-
-
 def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def check_config(config: TrainConfig) -> Algorithm:
-    """The algorithm of a valid configuration; a bad option raises one line naming it (called
-    before MPI starts, and again by every rank)."""
-    algorithm = parse_algorithm(config.algo)
-    if config.epochs < 1:
-        raise DistgnnError(f"--epochs must be >= 1, got {config.epochs}")
-    if config.layers < 1:
-        raise DistgnnError(f"--layers must be >= 1, got {config.layers}")
-    if config.hidden < 1:
-        raise DistgnnError(f"--hidden must be >= 1, got {config.hidden}")
-    if config.aggregator not in ("mean", "gcn"):
-        raise DistgnnError(f"--aggregator must be mean or gcn, got {config.aggregator}")
-    if not 0.0 <= config.dropout < 1.0:
-        raise DistgnnError(f"--dropout must lie in [0, 1), got {config.dropout}")
-    if not (config.lr > 0.0 and math.isfinite(config.lr)):
-        raise DistgnnError(f"--lr must be a positive number, got {config.lr}")
-    if not config.weight_decay >= 0.0:
-        raise DistgnnError(f"--weight-decay must be >= 0, got {config.weight_decay}")
-    check_precision(config.precision)
-    resolve_delayed_gradients(config.delayed_gradients, algorithm,
-                              resolve_apply(config.apply, algorithm))
-    if config.eval_every < 0 or config.checkpoint_every < 0:
-        raise DistgnnError("--eval-every and --checkpoint-every must be >= 0")
-    return algorithm
 
 
 class Trainer:
@@ -190,8 +113,12 @@ class Trainer:
         self.global_train_count = int(self.comm.sum(int(train_mask.sum())))
         if self.global_train_count == 0:
             raise CollectiveError(f"{self.partition_dir}: no training vertex (train_mask is empty)")
+        if not self.multilabel and self.global_train_count < self.num_classes:
+            self._note(f"warning: {self.global_train_count} training vertices for "
+                       f"{self.num_classes} classes: some classes are never trained on")
         self.train_ids = torch.nonzero(train_mask).flatten()
         self.start_epoch = 0
+        self.current_epoch = 0
         self.input_aggregate: torch.Tensor | None = None
         self.input_cache_time_s = 0.0
         if config.input_cache:
@@ -295,11 +222,21 @@ class Trainer:
         return total_loss
 
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
-        """Exact distributed evaluation (cd-0 aggregation, no dropout), metrics at roots."""
+    def infer(self) -> torch.Tensor:
+        """Logits [rows, classes] of the current model with the exact aggregation and no dropout
+        (rows: the roots under apply-at-root); the model is left in training mode."""
         self.model.eval()
         self.aggregation.training = False
-        logits = self._forward(None)
+        try:
+            return self._forward(None)
+        finally:
+            self.model.train()
+            self.aggregation.training = True
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Exact distributed evaluation (cd-0 aggregation, no dropout), metrics at roots."""
+        logits = self.infer()
         out = {}
         for name, key in (("train", "train_mask"), ("val", "val_mask"), ("test", "test_mask")):
             ids = torch.nonzero(self.part.masks[key][:self.rows]).flatten()
@@ -315,8 +252,6 @@ class Trainer:
                 correct = int((logits[ids].argmax(1) == self.part.label[ids]).sum())
                 total = self.eval_comm.sum(len(ids))
                 out[name] = self.eval_comm.sum(correct) / total if total else float("nan")
-        self.model.train()
-        self.aggregation.training = True
         return out
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -348,9 +283,12 @@ class Trainer:
         found = self.comm.bcast(found)
         if isinstance(found, DistgnnError):
             raise CollectiveError(str(found))
-        if found is None:
-            return  # nothing to resume from: start at epoch 0
+        if found is None:  # nothing to resume from: start at epoch 0 (a requeued job's first start)
+            self._note(f"--resume: no checkpoint under {self.run_dir / 'checkpoints'}; "
+                       f"starting at epoch 1")
+            return
         epoch, folder = found
+        self._note(f"--resume: continuing after epoch {epoch} from {folder}")
         state = torch.load(folder / "model.pt", weights_only=False)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -360,6 +298,11 @@ class Trainer:
         self.start_epoch = epoch
         if self.comm.rank == 0:
             self._truncate_metrics(epoch)
+
+    def _note(self, text: str) -> None:
+        """One line on stderr from rank 0 (silenced by --quiet)."""
+        if self.comm.rank == 0 and not is_quiet():
+            print(f"distgnn train: {text}", file=sys.stderr, flush=True)
 
     def _truncate_metrics(self, epoch: int) -> None:
         path = self.run_dir / "metrics.jsonl"
@@ -387,6 +330,21 @@ class Trainer:
     def run(self) -> dict[str, Any] | None:
         """Train; returns the summary on rank 0 (None elsewhere)."""
         self._prepare_run_dir()
+        watchdog = None
+        if self.comm.size > 1 and self.config.hang_timeout_s > 0:
+            watchdog = Watchdog(self.run_dir, self.comm.rank, self.comm.size,
+                                self.config.hang_timeout_s, self._phase).start()
+        try:
+            return self._run()
+        finally:
+            if watchdog is not None:
+                watchdog.stop()
+
+    def _phase(self) -> str:
+        """What this rank is doing now, for the hang watchdog's report."""
+        return f"epoch {self.current_epoch + 1}: {self.timers.current or 'between timed parts'}"
+
+    def _run(self) -> dict[str, Any] | None:
         if self.config.resume:
             self._resume()
         fail_rank = os.environ.get(FAIL_RANK_ENV)
@@ -399,6 +357,7 @@ class Trainer:
         metrics_file = open(self.run_dir / "metrics.jsonl", "a") if self.comm.rank == 0 else None
         try:
             for epoch in range(self.start_epoch, self.config.epochs):
+                self.current_epoch = epoch
                 if fail_rank is not None and int(fail_rank) == self.comm.rank and epoch == fail_epoch:
                     raise RuntimeError(f"injected failure ({FAIL_RANK_ENV}={fail_rank}) at epoch {epoch + 1}")
                 record = self._epoch(epoch)

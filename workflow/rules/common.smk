@@ -8,7 +8,7 @@ from snakemake.exceptions import WorkflowError
 
 
 def datasets_by_store():
-    """Store name (DESIGN 2: dataset[-x<scale>][-d<D>][-l<F>][-seed<N>], or `name`) -> its dataset entry."""
+    """Store name (docs/design.md, section 2: dataset[-x<scale>][-d<D>][-l<F>][-seed<N>], or `name`) -> its dataset entry."""
     return {
         store_name(d["dataset"], d.get("scale", 1.0), d.get("seed", 0), d.get("name"),
                    d.get("mean_degree"), d.get("labelled_fraction")): d
@@ -52,6 +52,8 @@ def train_options(algo):
     flags = ["epochs", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "checkpoint_every", "precision"]
     options = [f"--{f.replace('_', '-')} {t[f]}" for f in flags if f in t]
+    if "hang_timeout_s" in t:
+        options.append(f"--hang-timeout {t['hang_timeout_s']}")
     if not t.get("input_cache", True):
         options.append("--no-input-cache")
     if t.get("apply", "auto") != "auto":
@@ -95,3 +97,18 @@ def store_runs(wildcards):
 
 def all_reports():
     return [f"reports/{store}/{name}" for store in datasets_by_store() for name in REPORT_FILES]
+
+
+def all_predictions():
+    """RUNDIR/predictions.zarr of every run when predict.enabled, else nothing."""
+    if not config.get("predict", {}).get("enabled", False):
+        return []
+    apply = config["train"].get("apply", "auto")
+    return [f"runs/{store}/{method}-{P}/{run_name(algo, apply)}/predictions.zarr"
+            for store in datasets_by_store() for method in config["partition"]["methods"]
+            for P in config["partition"]["parts"] for algo in config["train"]["algos"]]
+
+
+def predict_options():
+    layer = config.get("predict", {}).get("layer")
+    return "" if layer is None else f"--layer {layer}"

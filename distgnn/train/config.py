@@ -1,0 +1,95 @@
+"""Training settings and their checks: pure Python, so the CLI can build its parser and refuse bad
+options without importing torch (docs/design.md, section 6)."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from distgnn.errors import DistgnnError
+from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply
+
+#: dense-work precisions (distgnn/precision.py applies them)
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass
+class TrainConfig:
+    """Hyperparameters (compared on --resume) and run settings. The defaults are those of the
+    ``train`` section of config/config.yaml (a test keeps them equal), so ``distgnn train`` by hand
+    and the workflow run the same experiment."""
+
+    algo: str = "cd-0"
+    epochs: int = 20
+    layers: int = 2
+    hidden: int = 64
+    aggregator: str = "mean"
+    lr: float = 0.01
+    dropout: float = 0.5
+    weight_decay: float = 0.0
+    seed: int = 0
+    eval_every: int = 2
+    checkpoint_every: int = 10
+    resume: bool = False
+    threads: int = 0
+    memory_check: bool = True
+    precision: str = "fp32"
+    input_cache: bool = True   #: compute layer 0's aggregate of the input features once
+    apply: str = "auto"        #: where the dense work runs: auto, root or replicas
+    #: cd-r under root: gradients travel back r steps late (None: the rule, on for cd-r at the
+    #: root; False turns it off there)
+    delayed_gradients: bool | None = None
+    #: seconds without a heartbeat after which a rank counts as silent and the job is ended
+    #: (distgnn/train/watchdog.py; 0: no watchdog). Not an epoch time limit.
+    hang_timeout_s: float = 600.0
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The settings a checkpoint must agree with (run length and I/O cadence may change);
+        ``apply`` as resolved (``root`` or ``replicas``)."""
+        keep = ("algo", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
+                "precision", "delayed_gradients")
+        out = {k: v for k, v in asdict(self).items() if k in keep}
+        algorithm = parse_algorithm(self.algo)
+        out["apply"] = resolve_apply(self.apply, algorithm)
+        out["delayed_gradients"] = resolve_delayed_gradients(self.delayed_gradients, algorithm,
+                                                             out["apply"])
+        return out
+
+
+def resolve_delayed_gradients(value: bool | None, algorithm: Algorithm, apply: str) -> bool:
+    """Whether cd-r's gradients travel back (docs/design.md, section 6): by default for cd-r at the
+    root, never elsewhere; asking for them where they do not apply is refused in one line."""
+    applies = algorithm.delay > 0 and not algorithm.original and apply == "root"
+    if value and not applies:
+        raise DistgnnError(f"--delayed-gradients: only for cd-<r> under --apply root (got "
+                           f"{algorithm.name} under {apply})")
+    return applies if value is None else bool(value)
+
+
+def check_config(config: TrainConfig) -> Algorithm:
+    """The algorithm of a valid configuration; a bad option raises one line naming it (called
+    before MPI starts, and again by every rank)."""
+    algorithm = parse_algorithm(config.algo)
+    if config.epochs < 1:
+        raise DistgnnError(f"--epochs must be >= 1, got {config.epochs}")
+    if config.layers < 1:
+        raise DistgnnError(f"--layers must be >= 1, got {config.layers}")
+    if config.hidden < 1:
+        raise DistgnnError(f"--hidden must be >= 1, got {config.hidden}")
+    if config.aggregator not in ("mean", "gcn"):
+        raise DistgnnError(f"--aggregator must be mean or gcn, got {config.aggregator}")
+    if not 0.0 <= config.dropout < 1.0:
+        raise DistgnnError(f"--dropout must lie in [0, 1), got {config.dropout}")
+    if not (config.lr > 0.0 and math.isfinite(config.lr)):
+        raise DistgnnError(f"--lr must be a positive number, got {config.lr}")
+    if not config.weight_decay >= 0.0:
+        raise DistgnnError(f"--weight-decay must be >= 0, got {config.weight_decay}")
+    if config.precision not in PRECISIONS:
+        raise DistgnnError(f"--precision must be one of {', '.join(PRECISIONS)}, got {config.precision!r}")
+    resolve_delayed_gradients(config.delayed_gradients, algorithm,
+                              resolve_apply(config.apply, algorithm))
+    if not config.hang_timeout_s >= 0.0:
+        raise DistgnnError(f"--hang-timeout must be >= 0 seconds (0: off), got {config.hang_timeout_s}")
+    if config.eval_every < 0 or config.checkpoint_every < 0:
+        raise DistgnnError("--eval-every and --checkpoint-every must be >= 0")
+    return algorithm
