@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# Set up (scripts/setup.sh) and run the whole test suite.
+# Set up (scripts/setup.sh) and run the whole test suite (the CI command).
+#   bash scripts/test.sh            every test (starts a one-node Slurm for the Slurm tests)
+#   bash scripts/test.sh --quick    the quick subset: no test marked slow, mpi or slurm (about 3 min)
+# Further arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+quick=0
+if [[ "${1:-}" == "--quick" ]]; then
+  quick=1
+  shift
+fi
 bash scripts/setup.sh
 source .venv/bin/activate
 export OUTDATED_IGNORE=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if (( quick )); then
+  exec python -m pytest -q -m "not slow and not slurm and not mpi" "$@"
+fi
 # The Slurm tests (marker `slurm`) run on a one-node Slurm on this machine: installed if missing,
 # started here and stopped on exit (the tests' own fixture starts it too when run alone).
 bash cluster/local-slurm.sh start

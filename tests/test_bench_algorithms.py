@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_algorithms_smoke(tmp_path: Path) -> None:
     plot = tmp_path / "curves.png"
     cmd = [sys.executable, "-m", "bench.algorithms", "--scale", "0.002", "--parts", "2", "--epochs", "6",

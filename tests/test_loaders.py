@@ -379,10 +379,17 @@ def test_damaged_source_is_one_line_and_leaves_no_store(tmp_path, monkeypatch, c
 
 # --- downloads from a local HTTP server ------------------------------------------------------
 
+@pytest.fixture(autouse=True)
+def _no_retry_pauses(monkeypatch):
+    from distgnn.data import download
+
+    monkeypatch.setattr(download, "RETRY_DELAYS_S", (0.0, 0.0))
+
+
 class _Server:
     """Serves a folder on 127.0.0.1 (a stand-in for the publisher's server; no network)."""
 
-    def __init__(self, folder: Path, truncate_to: int | None = None):
+    def __init__(self, folder: Path, truncate_to: int | None = None, cut_first: int = 10**9):
         import functools
         import http.server
         import threading
@@ -392,10 +399,13 @@ class _Server:
                 pass
 
             def copyfile(self, source, outputfile):
-                if truncate_to is None:
+                server.requests += 1
+                if truncate_to is None or server.requests > cut_first:
                     return super().copyfile(source, outputfile)
                 outputfile.write(source.read(truncate_to))  # then close: a cut connection
 
+        server = self
+        self.requests = 0
         handler = functools.partial(Handler, directory=str(folder))
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -455,6 +465,33 @@ def test_cut_download_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     assert "\n" not in message and "reddit" in message and server.url in message
     assert "--source" in message and "1000 of 100000 bytes" in message
     assert not [p for p in (tmp_path / "data").rglob("*") if p.is_file()]
+
+
+def test_cut_download_is_retried_and_checked(tmp_path, capsys):
+    """The first transfer is cut: the second attempt completes; a wrong published SHA-256 is
+    refused in one line and leaves nothing."""
+    import hashlib
+
+    from distgnn.data.download import download
+    from distgnn.progress import set_quiet
+
+    set_quiet(False)  # an earlier test's --quiet may still be set in this process
+    served = tmp_path / "served"
+    served.mkdir()
+    payload = bytes(range(256)) * 400
+    (served / "a.bin").write_bytes(payload)
+    server = _Server(served, truncate_to=1000, cut_first=1)
+    try:
+        got = download(server.url + "/a.bin", tmp_path / "dl" / "a.bin", dataset="demo",
+                       sha256=hashlib.sha256(payload).hexdigest())
+        assert got.read_bytes() == payload and server.requests == 2
+        assert "retrying" in capsys.readouterr().err
+        with pytest.raises(DistgnnError) as info:
+            download(server.url + "/a.bin", tmp_path / "dl2" / "a.bin", dataset="demo", sha256="0" * 64)
+    finally:
+        server.close()
+    assert "SHA-256" in str(info.value) and "\n" not in str(info.value)
+    assert not [p for p in (tmp_path / "dl2").rglob("*") if p.is_file()]
 
 
 def test_csv_blocks_hold_at_most_the_requested_rows(tmp_path):

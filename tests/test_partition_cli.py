@@ -193,7 +193,9 @@ def test_existing_assignment_needs_force(graph, built, capsys):
     assert code == 2 and "--force" in err
 
 
-def test_interrupted_build_all_leaves_no_part(graph, tmp_path, monkeypatch, capsys):
+def test_interrupted_partition_leaves_nothing(graph, tmp_path, monkeypatch, capsys):
+    """An interrupted `distgnn partition` (assign + build) leaves no part and no assignment: an
+    assignment without its parts must not look like a finished partition folder."""
     out = tmp_path / "p"
     original = build_mod.gather_rows_multi
 
@@ -204,4 +206,4 @@ def test_interrupted_build_all_leaves_no_part(graph, tmp_path, monkeypatch, caps
     monkeypatch.setattr(build_mod, "gather_rows_multi", interrupted)
     code, _, _ = run(["partition", str(graph), "--parts", "3", "--out", str(out), "--quiet"], capsys)
     assert code == 130
-    assert sorted(p.name for p in out.iterdir()) == ["assignment.zarr"]
+    assert sorted(p.name for p in out.iterdir()) == []

@@ -170,6 +170,7 @@ def test_verify_checks_a_graph_store(two_parts, tmp_path: Path) -> None:
     assert f"{graph}/label" in line and "chunk" in line, line
 
 
+@pytest.mark.slow
 def test_warnings_for_parts_without_edges_and_too_few_training_vertices(tmp_path: Path) -> None:
     """A twin of 23 vertices (41 classes) in 8 parts: partition warns about the empty parts, train
     about the training vertices; both still succeed."""

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_full_size_smoke(tmp_path: Path) -> None:
     out = tmp_path / "out.json"
     md = tmp_path / "out.md"

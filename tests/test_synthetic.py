@@ -74,6 +74,7 @@ def test_mean_degree_option(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "--mean-degree applies to synthetic twins only" in proc.stderr
 
 
+@pytest.mark.slow
 def test_labelled_fraction_option(tmp_path: Path) -> None:
     """--labelled-fraction F puts about F N vertices in train/val/test in the real proportions, labels
     exactly those (papers100M), names the store -l<F>, leaves the graph and features unchanged, and is
@@ -118,6 +119,7 @@ def test_twin_is_deterministic_and_independent_of_budget(tmp_path: Path) -> None
     assert a.parent.name == "synth-reddit-x0.005-seed4"
 
 
+@pytest.mark.slow
 def test_neighbour_mean_beats_own_features(tmp_path: Path) -> None:
     """Logistic regression on the one-hop neighbour mean beats it on the vertex's own features
     by at least 10 points on synth-reddit --scale 0.01: the graph carries the signal."""

@@ -44,6 +44,7 @@ def test_single_process_run_learns_and_writes_outputs(tmp_path: Path) -> None:
     assert "layers.0.fc_neigh.weight" in state["model"]
 
 
+@pytest.mark.slow
 def test_multilabel_twin_trains_with_roc_auc(tmp_path: Path) -> None:
     folder = one_part(tmp_path, "synth-proteins", 0.01)
     run = tmp_path / "run"
@@ -65,6 +66,7 @@ def test_bad_options_are_one_line(tmp_path: Path, option: str, value: str, needl
     assert len(lines) == 1 and needle in lines[0], proc.stderr
 
 
+@pytest.mark.slow
 def test_bf16_dense_work_is_close_to_fp32_but_not_identical(tmp_path: Path) -> None:
     """--precision bf16 runs the linear layers in bfloat16: losses move by bf16 rounding (about
     1e-2 relative), not by zero and not by a different model; it still learns."""
@@ -89,6 +91,7 @@ def test_bf16_dense_work_is_close_to_fp32_but_not_identical(tmp_path: Path) -> N
     assert proc.returncode != 0 and "--precision" in proc.stderr
 
 
+@pytest.mark.slow
 def test_input_cache_equals_aggregating_every_epoch(tmp_path: Path) -> None:
     """Layer 0's aggregate of the input computed once (the default) gives the per-epoch losses
     and accuracies of --no-input-cache to float tolerance, with layer 0 linear before (602 -> 32)
@@ -112,6 +115,7 @@ def test_input_cache_equals_aggregating_every_epoch(tmp_path: Path) -> None:
                 assert abs(a["val"] - b["val"]) < 0.01 and abs(a["test"] - b["test"]) < 0.01
 
 
+@pytest.mark.slow
 def test_epoch_lines_resume_notes_and_quiet(tmp_path: Path) -> None:
     """One `epoch E/N` line per epoch on stderr; --resume without a checkpoint says so and starts
     afresh, with one it says where it continues; --quiet prints nothing."""

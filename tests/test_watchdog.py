@@ -23,12 +23,13 @@ def test_silent_rank_is_named_and_live_ranks_are_left_alone(tmp_path: Path, capf
     dogs[0].interval = dogs[1].interval = dogs[2].interval = 0.2
     for dog in dogs:
         dog.start()
-    dogs[2].stop()  # rank 2 falls silent after one heartbeat
+    dogs[2]._beat = lambda: None  # rank 2 falls silent after its first heartbeat (still running)
     started = time.monotonic()
     while len(exits) < 2 and time.monotonic() - started < 10:
         time.sleep(0.05)
     assert exits == {0: 3, 1: 3}, exits
     assert 2.0 <= time.monotonic() - started < 4.0
+    dogs[2].stop()
     err = capfd.readouterr().err
     lines = [l for l in err.splitlines() if l.startswith("distgnn train:")]
     assert len(lines) == 1, err
@@ -49,6 +50,7 @@ def test_beating_ranks_are_never_ended(tmp_path: Path) -> None:
     for dog in dogs:
         dog.stop()
     assert exits == []
+    assert not (tmp_path / HEARTBEATS).exists(), "a finished run leaves no heartbeat files"
 
 
 @pytest.mark.mpi

@@ -22,11 +22,17 @@ SLURM_TEST_OPTIONS = ["--slurm-status-command", "squeue",
                       "--slurm-init-seconds-before-status-checks", "1"]
 
 
+NO_SLURM_BIN = REPO / "tests" / "data" / "no-slurm-bin"
+
+
 def snakemake(*args: str, cwd: Path = REPO, env: dict | None = None,
               timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run snakemake (this Python's) with the venv's ``distgnn`` first on PATH."""
-    full_env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                **(env or {})}
+    """Run snakemake (this Python's) with the venv's ``distgnn`` first on PATH; unless the run uses
+    the Slurm profile, a stand-in ``scontrol`` that answers at once comes first (see its file)."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    if "cluster/slurm" not in args:
+        path = f"{NO_SLURM_BIN}{os.pathsep}{path}"
+    full_env = {**os.environ, "PATH": path, **(env or {})}
     return subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -119,6 +125,7 @@ def test_predict_enabled_adds_one_predict_job_per_run(tmp_path):
             "--threads 1 --quiet --layer 0") in proc.stdout
 
 
+@pytest.mark.slow
 def test_apply_names_the_run_folders_and_reaches_the_train_command(tmp_path):
     """train.apply: replicas gives <algo>-replicas folders where it is not the default (cd-0, cd-2)
     and plain ones where it is (0c); delayed_gradients: false reaches cd-r's command only; root with 0c

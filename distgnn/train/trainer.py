@@ -37,6 +37,7 @@ from distgnn.train.root_exchange import RootAggregation
 from distgnn.train.metrics import loss_sum, mean_roc_auc
 from distgnn.train.partition_data import PartitionData, load_partition, read_num_parts
 from distgnn.train.provenance import git_commit, slurm_job_id, versions
+from distgnn.train.adam import Adam
 from distgnn.train.timers import Timers
 from distgnn.train.watchdog import Watchdog
 
@@ -107,8 +108,7 @@ class Trainer:
             self.aggregation = DistributedAggregation(self.part, self.algorithm, config.aggregator,
                                                       self.comm, self.eval_comm, self.timers,
                                                       config.threads, frozenset(constant))
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr,
-                                          weight_decay=config.weight_decay)
+        self.optimizer = Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         train_mask = self.part.masks["train_mask"][:self.rows]  # true only at roots
         self.global_train_count = int(self.comm.sum(int(train_mask.sum())))
         if self.global_train_count == 0:

@@ -62,9 +62,15 @@ class Watchdog:
         return self
 
     def stop(self) -> None:
+        """End the thread and remove this rank's file (the last rank out removes the folder)."""
         self.stopped.set()
         if self.thread.is_alive():
             self.thread.join(timeout=2 * self.interval)
+        (self.folder / f"rank_{self.rank}").unlink(missing_ok=True)
+        try:
+            self.folder.rmdir()
+        except OSError:
+            pass  # other ranks' files are still there: the last one out removes it
 
     def _beat(self) -> None:
         self.counter += 1
