@@ -112,6 +112,7 @@ def test_report_tables_and_plots(runs, tmp_path):
     rows = [line for line in md.splitlines() if line.startswith("| libra |") or line.startswith("| random |")]
     assert all(line.split("|")[4].strip() in ("root", "replicas") for line in rows), rows[0]
     assert "the DistGNN paper's cd-r" in md
+    assert "At P = 1 every algorithm is the same computation" in md
     for name in ("epoch_time.png", "test_vs_epoch.png", "test_vs_time.png", "replication.png"):
         width, height = png_size(out / name)
         assert width > 200 and height > 200, name

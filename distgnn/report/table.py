@@ -79,6 +79,10 @@ def markdown(table: pd.DataFrame) -> str:
                   "other = what they leave unexplained, if anything), bytes in MiB (sum over "
                   "ranks), peak memory of the largest rank; speedup = epoch time of P = 1 over "
                   "this one.", "",
+                  "At P = 1 every algorithm is the same computation (no remote parts): differences "
+                  "between their times there are machine noise. Ranks that share a machine's cores "
+                  "(the demo runs P = 4 on 2 cores) cannot go faster than one rank with all of them: "
+                  "a speedup below 1 there measures oversubscription, not the algorithm.", "",
                   "| method | P | algo | apply | repl. factor | epoch ms | aggregate | exchange wait | dense "
                   "| allreduce | other | fwd MiB | bwd MiB | grad MiB | peak RSS MiB | best val "
                   "| test @ best val | speedup |",
