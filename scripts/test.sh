@@ -10,7 +10,11 @@ if [[ "${1:-}" == "--quick" ]]; then
   quick=1
   shift
 fi
-bash scripts/setup.sh
+if (( quick )) && [[ -x .venv/bin/distgnn ]]; then
+  echo "== quick: using the existing .venv (bash scripts/setup.sh refreshes it, e.g. after native/ changes)"
+else
+  bash scripts/setup.sh
+fi
 source .venv/bin/activate
 export OUTDATED_IGNORE=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if (( quick )); then

@@ -23,6 +23,7 @@ def one_part(tmp_path: Path, dataset: str, scale: float) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_single_process_run_learns_and_writes_outputs(tmp_path: Path) -> None:
     folder = one_part(tmp_path, "synth-reddit", 0.005)
     run = tmp_path / "run"

@@ -97,6 +97,7 @@ def test_dry_run_of_default_config_lists_the_jobs(tmp_path):
     assert "--roots balance" in proc.stdout
 
 
+@pytest.mark.slow
 def test_twin_options_reach_fetch_and_the_store_name(tmp_path):
     config = tiny(train={"algos": ["cd-0"]})
     config["datasets"][0]["mean_degree"] = 8
@@ -147,6 +148,7 @@ def test_apply_names_the_run_folders_and_reaches_the_train_command(tmp_path):
     assert proc.returncode != 0 and "config train.apply / train.algos: --apply root: 0c" in out
 
 
+@pytest.mark.slow
 def test_root_rule_reaches_the_assign_command(tmp_path):
     wd = workdir(tmp_path, tiny(partition={"roots": "in-edges"}, train={"algos": ["cd-0"]}))
     proc = snakemake("-n", "-p", cwd=wd)
@@ -154,6 +156,7 @@ def test_root_rule_reaches_the_assign_command(tmp_path):
     assert "--roots in-edges" in proc.stdout and "--roots balance" not in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("section,key,value", [("train", "epochs", "three"),
                                                 ("partition", "roots", "most"),
                                                 ("partition", "bogus", 1),
