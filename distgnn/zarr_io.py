@@ -194,6 +194,17 @@ def read(array: zarr.Array, selection: Any = slice(None), label: str | None = No
                            f"corrupted ({type(exc).__name__}: {exc})") from exc
 
 
+def read_chunked(array: zarr.Array, label: str | None = None) -> np.ndarray:
+    """The whole array, read one chunk at a time into one result (a damaged chunk is named)."""
+    out = np.empty(array.shape, dtype=array.dtype)
+    step = array.chunks[0] if array.ndim else 1
+    if array.ndim == 0 or array.shape[0] == 0:
+        return read(array, slice(None), label)
+    for start in range(0, array.shape[0], step):
+        out[start:start + step] = read(array, slice(start, start + step), label)
+    return out
+
+
 def verify_checksums(group: zarr.Group, label: str, progress_desc: str | None = None) -> None:
     """Read every chunk of every array, so the crc32c codec checks it; raise on the first bad one."""
     from distgnn.progress import progress

@@ -199,3 +199,14 @@ def test_snakemake_timestamp_in_a_store_raises_no_warning(two_parts, tmp_path: P
     proc = run_cli("inspect", parts, env={"PYTHONWARNINGS": "always"})
     assert proc.returncode == 0, proc.stderr
     assert "Warning" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.mpi
+def test_damaged_part_chunk_fails_train_in_one_line_naming_the_chunk(two_parts, tmp_path: Path) -> None:
+    parts = copy_parts(two_parts[1], tmp_path)
+    _damage_first_chunk(parts / "part_1.zarr" / "feat")
+    proc = mpiexec(2, "train", parts, "--epochs", "1", "--hidden", "8", "--out", tmp_path / "run")
+    ours = [l for l in proc.stderr.splitlines() if l.startswith("distgnn train")]
+    assert proc.returncode != 0 and len(ours) == 1, proc.stderr[-3000:]
+    assert "part_1.zarr/feat, chunk 0" in ours[0] and "corrupted" in ours[0], ours[0]
+    assert "Traceback" not in proc.stderr

@@ -10,7 +10,7 @@ import zarr.codecs
 
 from distgnn import _native
 from distgnn.errors import DistgnnError
-from distgnn.zarr_io import ChecksummedWriter, create_array, read, rows_per_chunk
+from distgnn.zarr_io import ChecksummedWriter, create_array, read, read_chunked, rows_per_chunk
 
 
 _NATIVE_GATHER = (np.dtype(np.float32), np.dtype(np.float64))
@@ -19,11 +19,7 @@ _NATIVE_GATHER = (np.dtype(np.float32), np.dtype(np.float64))
 def read_whole(array: zarr.Array) -> np.ndarray:
     """Read an array chunk by chunk into one preallocated result (zarr's own whole-array read
     holds decode buffers for many chunks at once, about 40% more memory on a large array)."""
-    out = np.empty(array.shape, dtype=array.dtype)
-    step = array.chunks[0]
-    for start in range(0, array.shape[0], step):
-        out[start:start + step] = read(array, slice(start, start + step))
-    return out
+    return read_chunked(array)
 
 
 def read_csr(store) -> tuple[np.ndarray, np.ndarray]:

@@ -12,7 +12,7 @@ import torch
 from distgnn.comm import RowPlan
 from distgnn.errors import DistgnnError
 from distgnn.partition.layout import check_layout
-from distgnn.zarr_io import open_checked, read
+from distgnn.zarr_io import open_checked, read_chunked
 
 PART_ARRAYS = ("local_to_global", "indptr", "indices", "t_indptr", "t_indices", "in_degree_global",
                "is_root", "feat", "label", "train_mask", "val_mask", "test_mask",
@@ -80,7 +80,7 @@ def load_partition(partition_dir: str | os.PathLike, k: int) -> PartitionData:
         raise DistgnnError(f"{path}: missing part (partition folder incomplete)")
     group = open_checked(path, PART_ARRAYS)
     check_layout(path, dict(group.attrs))
-    arrays = {name: read(group[name], slice(None), f"{path}/{name}") for name in PART_ARRAYS}
+    arrays = {name: read_chunked(group[name], f"{path}/{name}") for name in PART_ARRAYS}
     attrs = dict(group.attrs)
     t = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in arrays.items()}
     num_parts = int(attrs.get("P", attrs.get("num_parts", 0)))
