@@ -3,7 +3,7 @@
     python -m bench.full_size [--scale 1] [--work DIR] [--max-epochs K] [--products-scales 1 0.5 ...]
                               [--json OUT.json] [--markdown OUT.md] [--plot OUT.png]
 
-Stages (issue 8): fetch synth-reddit at ``--scale``; partition it into P = 1, 2, 4 with libra and
+Stages: fetch synth-reddit at ``--scale``; partition it into P = 1, 2, 4 with libra and
 hdrf (replication factor, wall time, peak memory of the partitioner); train GraphSAGE (3 layers,
 hidden 256, ranks = P, threads per rank = cores / P): cd-0 3 epochs at P = 1 and 2, cd-5 12 epochs
 at P = 2, 0c 3 epochs at P = 2, and cd-0 1 epoch at P = 4 (memory scaling); then synth-products at

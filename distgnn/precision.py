@@ -14,17 +14,9 @@ from typing import Callable, ContextManager
 
 import torch
 
-from distgnn.errors import DistgnnError
-from distgnn.train.config import PRECISIONS
-
+from distgnn.train.config import check_precision
 
 LayerFn = Callable[[int, torch.Tensor], torch.Tensor]
-
-
-def check_precision(precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise DistgnnError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return precision
 
 
 def dense_autocast(precision: str) -> ContextManager[None]:

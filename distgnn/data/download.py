@@ -51,17 +51,19 @@ def download(url: str, dest: str | os.PathLike, *, dataset: str, source_help: st
     dest = Path(dest)
     if dest.is_file():
         return dest
-    for attempt, delay in enumerate((*RETRY_DELAYS_S, None)):
+    for attempt, delay in enumerate(RETRY_DELAYS_S):
         try:
             _download_once(url, dest, dataset, source_help, timeout, sha256)
             return dest
         except _Retryable as exc:
-            if delay is None:
-                raise exc.error from None
             if not is_quiet():
                 print(f"{dataset}: {exc.error}; retrying in {delay:g} s (attempt {attempt + 2} of "
                       f"{len(RETRY_DELAYS_S) + 1})", file=sys.stderr, flush=True)
             time.sleep(delay)
+    try:  # the last attempt
+        _download_once(url, dest, dataset, source_help, timeout, sha256)
+    except _Retryable as exc:
+        raise exc.error from None
     return dest
 
 

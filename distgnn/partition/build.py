@@ -21,9 +21,9 @@ from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
 from distgnn.partition.store_io import (RowWriter, create_row_array, gather_rows_multi,
-                                        read_csr, read_whole, write_array)
+                                        read_csr, write_array)
 from distgnn.progress import progress
-from distgnn.zarr_io import AtomicGroup, combine_digests, open_checked
+from distgnn.zarr_io import AtomicGroup, combine_digests, open_checked, read_chunked
 
 
 @dataclass
@@ -69,8 +69,8 @@ def load_inputs(folder: str | os.PathLike, graph: str | os.PathLike | None = Non
     group, attrs = open_assignment(folder)
     store = open_graph_for(attrs, graph)
     indptr, indices = read_csr(store)
-    return BuildInputs(folder, attrs, store, indptr, indices, read_whole(group["edge_part"]),
-                       read_whole(group["replicas"]), read_whole(group["root"]),
+    return BuildInputs(folder, attrs, store, indptr, indices, read_chunked(group["edge_part"]),
+                       read_chunked(group["replicas"]), read_chunked(group["root"]),
                        {m: store[m][:] for m in layout.MASKS})
 
 

@@ -13,6 +13,13 @@ from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply
 PRECISIONS = ("fp32", "bf16")
 
 
+def check_precision(precision: str) -> str:
+    """``precision`` when it is one of :data:`PRECISIONS`; else one line naming the option."""
+    if precision not in PRECISIONS:
+        raise DistgnnError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
+
+
 @dataclass
 class TrainConfig:
     """Hyperparameters (compared on --resume) and run settings. The defaults are those of the
@@ -84,8 +91,7 @@ def check_config(config: TrainConfig) -> Algorithm:
         raise DistgnnError(f"--lr must be a positive number, got {config.lr}")
     if not config.weight_decay >= 0.0:
         raise DistgnnError(f"--weight-decay must be >= 0, got {config.weight_decay}")
-    if config.precision not in PRECISIONS:
-        raise DistgnnError(f"--precision must be one of {', '.join(PRECISIONS)}, got {config.precision!r}")
+    check_precision(config.precision)
     resolve_delayed_gradients(config.delayed_gradients, algorithm,
                               resolve_apply(config.apply, algorithm))
     if not config.hang_timeout_s >= 0.0:

@@ -129,23 +129,17 @@ def _write_array(comm: Communicator, array: zarr.Array, gids: np.ndarray, block:
     chunks = -(-n // step)
     bounds = np.searchsorted(gids, np.arange(0, chunks + 1) * step)
     for first in range(0, chunks, P):  # round: chunks first .. first + P - 1, chunk c to rank c % P
-        outgoing = []
-        for d in range(P):
-            c = first + ((d - first) % P)  # the chunk of this round that rank d owns
-            if c < chunks:
-                lo, hi = bounds[c], bounds[c + 1]
-                outgoing.append((gids[lo:hi], block[lo:hi]))
-            else:
-                outgoing.append(None)
+        # rank d owns chunk first + d of this round (first is a multiple of P)
+        outgoing = [(gids[bounds[c]:bounds[c + 1]], block[bounds[c]:bounds[c + 1]])
+                    if c < chunks else None for c in range(first, first + P)]
         received = comm.alltoall(outgoing)
-        mine = first + ((comm.rank - first) % P)
+        mine = first + comm.rank
         if mine >= chunks:
             continue
         start, stop = mine * step, min((mine + 1) * step, n)
         chunk = np.empty((stop - start, array.shape[1]), dtype=np.float32)
         filled = 0
-        for part in received:
-            ids, values = part
+        for ids, values in received:
             chunk[ids - start] = values
             filled += len(ids)
         if filled != stop - start:

@@ -31,7 +31,7 @@ from distgnn.progress import is_quiet
 from distgnn.train import checkpoint as ckpt
 from distgnn.models import linear_first
 from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply, run_name, steady_start
-from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients  # noqa: F401
+from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients
 from distgnn.train.exchange import DistributedAggregation
 from distgnn.train.root_exchange import RootAggregation
 from distgnn.train.metrics import loss_sum, mean_roc_auc

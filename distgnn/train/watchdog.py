@@ -81,7 +81,7 @@ class Watchdog:
 
     def _loop(self) -> None:
         start = time.monotonic()
-        seen: dict[int, tuple[int, int, str] | None] = {}
+        seen: dict[int, tuple[int, int, str]] = {}  # rank -> its last heartbeat read
         changed = {k: start for k in range(self.size) if k != self.rank}
         while not self.stopped.wait(self.interval):
             try:
@@ -91,17 +91,17 @@ class Watchdog:
             now = time.monotonic()
             for k in changed:
                 beat = read_heartbeat(self.folder / f"rank_{k}")
-                if beat is not None and beat[0] != (seen.get(k) or (None,))[0]:
+                if beat is not None and (k not in seen or beat[0] != seen[k][0]):
                     seen[k], changed[k] = beat, now
             silent = sorted(k for k, t in changed.items() if now - t > self.timeout)
             if silent and not self.stopped.is_set():
                 self._end(silent, seen)
                 return
 
-    def _end(self, silent: list[int], seen: dict[int, tuple[int, int, str] | None]) -> None:
+    def _end(self, silent: list[int], seen: dict[int, tuple[int, int, str]]) -> None:
         reporter = min(k for k in range(self.size) if k not in silent)
         if self.rank == reporter:
-            names = "; ".join(f"rank {k} ({seen[k][2] if seen.get(k) else 'no heartbeat at all'})"
+            names = "; ".join(f"rank {k} ({seen[k][2] if k in seen else 'no heartbeat at all'})"
                               for k in silent)
             print(f"distgnn train: rank {self.rank}: error: silent for more than "
                   f"{self.timeout:g} s (--hang-timeout): {names}; rank {self.rank} was in "
