@@ -28,7 +28,12 @@ def _mpi():
 
 def _mpi_type(dtype: torch.dtype):
     MPI = _mpi()
-    return {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE}[dtype]
+    return {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.bfloat16: MPI.INT16_T}[dtype]
+
+
+def _buffer(t: torch.Tensor) -> np.ndarray:
+    """A numpy view of a contiguous tensor (bfloat16, which numpy lacks, as its int16 bits)."""
+    return t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
 
 
 @dataclass
@@ -58,13 +63,17 @@ class RowPlan:
 class PendingExchange:
     """A posted non-blocking row exchange; :meth:`wait` returns the received rows [R, F]."""
 
-    def __init__(self, request: Any, recv: torch.Tensor, keep_alive: Any):
+    def __init__(self, request: Any, recv: torch.Tensor, keep_alive: Any,
+                 dtype: torch.dtype | None = None):
         self._request, self._recv, self._keep_alive = request, recv, keep_alive
+        self._dtype = dtype or recv.dtype
 
     def wait(self) -> torch.Tensor:
         if self._request is not None:
             self._request.Wait()
             self._request, self._keep_alive = None, None
+            if self._recv.dtype != self._dtype:  # rows sent narrower than they are used
+                self._recv = self._recv.to(self._dtype)
         return self._recv
 
     @property
@@ -80,6 +89,9 @@ class Communicator:
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.bytes_sent: dict[str, int] = defaultdict(int)
+        #: when set (bfloat16 under --precision bf16), floating rows travel in this dtype and are
+        #: received in their own: half the bytes, counted as sent
+        self.payload_dtype: torch.dtype | None = None
 
     def dup(self) -> "Communicator":
         """A separate communicator over the same ranks (its traffic never mixes with ours)."""
@@ -104,18 +116,21 @@ class Communicator:
                             kind: str, direction: str | None = None) -> PendingExchange:
         """Non-blocking :meth:`exchange_rows` (Ialltoallv); wait on the returned object."""
         rows = rows.detach().contiguous()
+        used = rows.dtype
+        if self.payload_dtype is not None and rows.is_floating_point():
+            rows = rows.to(self.payload_dtype)
         width = rows.shape[1] if rows.dim() == 2 else 1
         mpi_type = _mpi_type(rows.dtype)
         recv_rows = torch.empty((int(recv.offsets[-1]), width), dtype=rows.dtype)
         sc, sd, rc, rd = self._layout(send, recv, width)
-        send_buf = rows.numpy()
+        send_buf = _buffer(rows)
         request = self.comm.Ialltoallv([send_buf, (sc, sd), mpi_type],
-                                       [recv_rows.numpy(), (rc, rd), mpi_type])
+                                       [_buffer(recv_rows), (rc, rd), mpi_type])
         sent = int(rows.numel() * rows.element_size())
         self.bytes_sent[kind] += sent
         if direction is not None:
             self.bytes_sent[direction] += sent
-        return PendingExchange(request, recv_rows, send_buf)
+        return PendingExchange(request, recv_rows, send_buf, used)
 
     def allreduce_sum_(self, tensor: torch.Tensor, kind: str = "gradients") -> torch.Tensor:
         """Sum ``tensor`` over all ranks, in place; returns it."""

@@ -20,3 +20,74 @@ def fix_mmap_threshold(threshold_bytes: int = 1 << 20) -> bool:
         return bool(libc.mallopt(_M_MMAP_THRESHOLD, int(threshold_bytes)))
     except (OSError, AttributeError):
         return False
+
+
+#: transparent huge page size on x86-64 and most arm64 kernels
+HUGE_PAGE_BYTES = 2 << 20
+#: below this, a buffer stays on ordinary pages (a huge page would be mostly empty)
+HUGE_PAGE_MIN_BYTES = 4 << 20
+_THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def thp_mode() -> str:
+    """The kernel's transparent huge page mode: ``always``, ``madvise``, ``never``, or
+    ``unavailable`` (no THP support, or not Linux)."""
+    try:
+        text = open(_THP_ENABLED).read()
+    except OSError:
+        return "unavailable"
+    chosen = [w.strip("[]") for w in text.split() if w.startswith("[")]
+    return chosen[0] if chosen else "unavailable"
+
+
+def huge_page_array(shape: tuple[int, ...], dtype) -> "np.ndarray":
+    """An uninitialised numpy array whose memory the kernel is asked to back with 2 MB pages.
+
+    An anonymous mapping rounded up to whole huge pages, started on a 2 MB boundary, marked
+    ``MADV_HUGEPAGE`` (honoured under THP ``madvise`` and ``always``). Falls back to ordinary
+    pages (``np.empty``) for small buffers, or where the mapping or the advice is refused. The
+    mapping lives as long as the array (and any tensor made from it with ``torch.from_numpy``)."""
+    import mmap
+
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < HUGE_PAGE_MIN_BYTES or thp_mode() not in ("madvise", "always") \
+            or not hasattr(mmap, "MADV_HUGEPAGE"):
+        return np.empty(shape, dtype=dtype)
+    size = -(-nbytes // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES + HUGE_PAGE_BYTES
+    try:
+        region = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    except OSError:
+        return np.empty(shape, dtype=dtype)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(region))
+    offset = (-base) % HUGE_PAGE_BYTES
+    try:
+        region.madvise(mmap.MADV_HUGEPAGE, offset, size - HUGE_PAGE_BYTES)
+    except OSError:
+        pass  # ordinary pages, still correct
+    return np.frombuffer(region, dtype=dtype, count=nbytes // dtype.itemsize,
+                         offset=offset).reshape(shape)
+
+
+def huge_page_copy(array: "np.ndarray") -> "np.ndarray":
+    """``array``'s contents in a :func:`huge_page_array` (the array itself when it is small)."""
+    if array.nbytes < HUGE_PAGE_MIN_BYTES:
+        return array
+    out = huge_page_array(array.shape, array.dtype)
+    out[...] = array
+    return out
+
+
+def huge_page_bytes() -> int | None:
+    """Bytes of this process's anonymous memory on huge pages now (AnonHugePages of
+    /proc/self/smaps_rollup), or None where the kernel does not say."""
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("AnonHugePages:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None

@@ -8,6 +8,7 @@ All tensors live on the CPU; the native module sees them zero-copy through DLPac
 """
 from __future__ import annotations
 
+import os
 import weakref
 from typing import Any, Optional, Tuple
 
@@ -18,8 +19,37 @@ from distgnn import _native
 from distgnn.errors import DistgnnError
 
 NORMS = ("sum", "mean", "gcn")
+#: instruction sets of the aggregation kernels, narrowest first (native/include/distgnn/aggregate.hpp)
+ISAS = ("base", "avx2", "avx512")
+#: environment variable that runs the kernels with a narrower instruction set than the host's
+ISA_ENV = "DISTGNN_ISA"
 _FLOATS = (torch.float32, torch.float64)
+#: row dtypes :func:`aggregate` takes: float32/float64, and bfloat16 rows summed in float32
+_ROWS = (*_FLOATS, torch.bfloat16)
 _INDEX = (torch.int32, torch.int64)
+
+
+def supported_isas(host: str | None = None) -> tuple[str, ...]:
+    """The instruction sets the kernels can run with here: every one up to the host's."""
+    host = host or _native.aggregate_host_isa()
+    return ISAS if host == "native" else ISAS[:ISAS.index(host) + 1]
+
+
+def set_isa(name: str, source: str = "set_isa") -> str:
+    """Run the aggregation kernels with instruction set ``name`` (one of :data:`ISAS`, at most the
+    host's; ``host``: the host's own again), for testing every path on one machine. One-line
+    :class:`DistgnnError` for a name that is unknown or above the host; returns the ISA now used."""
+    host = _native.aggregate_host_isa()
+    if name != "host" and (name not in ISAS or name not in supported_isas(host)):
+        raise DistgnnError(f"{source}: expected one of {', '.join(supported_isas(host))} (this "
+                           f"host runs up to {host}) or 'host', got {name!r}")
+    if host != "native":
+        _native.aggregate_set_isa(name)
+    return _native.aggregate_isa()
+
+
+if os.environ.get(ISA_ENV):
+    set_isa(os.environ[ISA_ENV], ISA_ENV)
 
 
 def _threads(threads: int) -> int:
@@ -116,8 +146,17 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Op
     """y[v] = scale[v] * (sum_{u in row v} x[u] + self_term[v]) (no checks, no autograd).
 
     x [n_src, F]; result [len(indptr) - 1, F]; self_term covers the first len(self_term) rows.
+    bfloat16 x (and self_term): summed in float32, result float32.
     ``sorted``: rows ascend (allows source tiling). ``tuning``: chunk_edges, block, prefetch,
     tiles (see native/include/distgnn/aggregate.hpp)."""
+    if x.dtype == torch.bfloat16:  # bfloat16 rows, float32 sums and result
+        y = torch.empty(indptr.numel() - 1, x.shape[1], dtype=torch.float32)
+        tuning.pop("tiles", None)
+        _native.aggregate_spmm_bf16(indptr, indices, x.view(torch.int16), y,
+                                    None if scale is None else scale.float(),
+                                    None if self_term is None else self_term.view(torch.int16),
+                                    _threads(threads), sorted=sorted, **tuning)
+        return y
     y = torch.empty(indptr.numel() - 1, x.shape[1], dtype=x.dtype)
     _native.aggregate_spmm(indptr, indices, x, y, scale, self_term, _threads(threads),
                            sorted=sorted, **tuning)
@@ -129,7 +168,7 @@ class _Aggregate(torch.autograd.Function):
     def forward(ctx: Any, x: torch.Tensor, graph: _Graph, scale: Optional[torch.Tensor], gcn: bool,
                 threads: int, t_graph: Optional[Tuple[torch.Tensor, torch.Tensor, bool]]) -> torch.Tensor:
         ctx.graph, ctx.scale, ctx.gcn, ctx.threads, ctx.t_graph = graph, scale, gcn, threads, t_graph
-        ctx.n_src = x.shape[0]
+        ctx.n_src, ctx.x_dtype = x.shape[0], x.dtype
         x = x.contiguous()
         return spmm(graph.indptr, graph.indices, x, scale, x if gcn else None, threads, graph.sorted)
 
@@ -140,9 +179,11 @@ class _Aggregate(torch.autograd.Function):
         g = grad.contiguous()
         if ctx.scale is not None:
             g = g * ctx.scale.unsqueeze(1)
+        if ctx.x_dtype == torch.bfloat16:  # the gradient rows gathered in bfloat16 too
+            g = g.to(torch.bfloat16)
         t_indptr, t_indices, t_sorted = ctx.t_graph if ctx.t_graph is not None else ctx.graph.transpose(ctx.n_src)
         gx = spmm(t_indptr, t_indices, g, None, g if ctx.gcn else None, ctx.threads, t_sorted)
-        return gx, None, None, None, None, None
+        return gx.to(ctx.x_dtype), None, None, None, None, None
 
 
 def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
@@ -152,7 +193,9 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
     """Aggregate source rows into destinations over a CSR by destination, differentiable in ``x``.
 
     ``indptr`` int64 [n_dst + 1], ``indices`` int32/int64 [E] (source ids in [0, n_src)),
-    ``x`` float32/float64 [n_src, F]; returns [n_dst, F]:
+    ``x`` float32/float64 [n_src, F], or bfloat16 (half the gathered bytes: summed in float32,
+    the result float32; backward gathers the gradient rows in bfloat16 and returns a bfloat16
+    gradient); returns [n_dst, F]:
 
     * ``sum``:  y[v] = sum_{u in row v} x[u]
     * ``mean``: y[v] = sum / max(deg[v], 1)
@@ -165,8 +208,8 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
     """
     if norm not in NORMS:
         raise DistgnnError(f"aggregate: norm must be one of {', '.join(NORMS)}, got {norm!r}")
-    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOATS or x.dim() != 2 or x.device.type != "cpu":
-        raise DistgnnError("aggregate: x must be a 2-D float32 or float64 CPU tensor")
+    if not isinstance(x, torch.Tensor) or x.dtype not in _ROWS or x.dim() != 2 or x.device.type != "cpu":
+        raise DistgnnError("aggregate: x must be a 2-D float32, float64 or bfloat16 CPU tensor")
     graph = _graph(indptr, indices, threads)
     n_src = x.shape[0]
     if graph.bound > n_src:
@@ -178,7 +221,8 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
         degree = _as_tensor(degree, "degree")
         if degree.shape != (graph.n_dst,):
             raise DistgnnError(f"aggregate: degree must have shape [{graph.n_dst}], got {tuple(degree.shape)}")
-    scale = row_scale(norm, graph.local_degree if degree is None else degree, x.dtype)
+    scale = row_scale(norm, graph.local_degree if degree is None else degree,
+                      torch.float32 if x.dtype == torch.bfloat16 else x.dtype)
     t_graph = None
     if transpose is not None:
         t_indptr, t_indices = (_as_tensor(t, "transpose") for t in transpose)

@@ -1,11 +1,13 @@
-"""Opt-in lower precision for the dense work: linear layers in bfloat16 (CPU autocast), while the
-aggregation, dropout, loss and optimizer state stay in float32.
+"""Opt-in lower precision: ``--precision bf16``.
 
 ``fp32`` (the default) changes nothing. ``bf16`` runs each ``nn.Linear`` in bfloat16 through
-``torch.autocast("cpu")`` (oneDNN's bf16 GEMM on CPUs with AVX512-BF16 or AMX); the tensors handed
-to the aggregation and dropout callables are cast back to float32, so the native kernels, the MPI
-exchange and its byte counts are unchanged. The effect on accuracy is measured by
-``bench/precision.py``; it is never counted toward float32 speed targets.
+``torch.autocast("cpu")`` (oneDNN's bf16 GEMM on CPUs with AVX512-BF16 or AMX), and the rows the
+aggregation gathers are bfloat16 too (:func:`in_dtype`: the layer input is cast once, the kernel
+widens each row exactly and sums in float32, so a sum's error is the rows' rounding only); the
+training exchange carries bfloat16 rows (the communicator's ``payload_dtype``: half the bytes,
+counted as sent). Dropout, the loss, the optimizer state and the layer-0 input cache stay float32.
+The effect on accuracy is measured by ``bench/precision.py``; it is never counted toward float32
+speed targets.
 """
 from __future__ import annotations
 
@@ -24,6 +26,15 @@ def dense_autocast(precision: str) -> ContextManager[None]:
     if check_precision(precision) == "bf16":
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def in_dtype(fn: LayerFn, dtype: torch.dtype) -> LayerFn:
+    """``fn(i, h)`` called with h cast to ``dtype`` (autograd casts the gradient back)."""
+
+    def call(i: int, h: torch.Tensor) -> torch.Tensor:
+        return fn(i, h if h.dtype == dtype else h.to(dtype))
+
+    return call
 
 
 def in_float32(fn: LayerFn) -> LayerFn:

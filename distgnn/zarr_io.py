@@ -199,13 +199,15 @@ def chunk_slices(array: zarr.Array) -> range:
     return range(0, array.shape[0], array.chunks[0])
 
 
-def read_chunked(array: zarr.Array, label: str | None = None) -> np.ndarray:
+def read_chunked(array: zarr.Array, label: str | None = None,
+                 allocate=np.empty) -> np.ndarray:
     """The whole array, read one chunk at a time into one preallocated result (zarr's own
     whole-array read holds decode buffers for many chunks at once, about 40% more memory on a
-    large array); a damaged chunk is named."""
+    large array); a damaged chunk is named. ``allocate(shape, dtype)`` makes the result (e.g.
+    :func:`distgnn.memory.huge_page_array`)."""
     if array.ndim == 0:
         return read(array, slice(None), label)
-    out = np.empty(array.shape, dtype=array.dtype)
+    out = allocate(array.shape, array.dtype)
     step = array.chunks[0]
     for start in chunk_slices(array):
         out[start:start + step] = read(array, slice(start, start + step), label)

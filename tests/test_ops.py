@@ -27,13 +27,44 @@ def power_law_graph(n_dst: int, n_src: int, num_edges: int, seed: int,
     return torch.from_numpy(indptr), torch.from_numpy(src[order]).to(index_dtype)
 
 
+@pytest.fixture(params=ops.supported_isas())
+def isa(request):
+    """Every instruction set the kernels can run with on this host, in turn (DISTGNN_ISA)."""
+    assert ops.set_isa(request.param) in (request.param, "native")
+    yield request.param
+    ops.set_isa("host")
+
+
 def test_openmp_enabled() -> None:
     assert _native.openmp_enabled()
     assert _native.aggregate_isa() in ("avx512", "avx2", "base", "native")
 
 
+def test_isa_override_and_refusals() -> None:
+    """Names above the host, or unknown, are refused in one line (also from DISTGNN_ISA, by the
+    CLI: exit 2); 'host' restores the host's own."""
+    import os
+    import subprocess
+    import sys
+
+    assert ops.supported_isas("base") == ("base",) and ops.supported_isas("avx512") == ops.ISAS
+    host = _native.aggregate_host_isa()
+    for bad in ["sse4", *[i for i in ops.ISAS if i not in ops.supported_isas()]]:
+        with pytest.raises(DistgnnError, match=f"this host runs up to {host}"):
+            ops.set_isa(bad)
+        assert _native.aggregate_isa() == host
+    env = {**os.environ, "DISTGNN_ISA": "avx1024"}
+    proc = subprocess.run([sys.executable, "-m", "distgnn", "train", "/nonexistent", "--quiet"],
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "DISTGNN_ISA" in proc.stderr
+    env["DISTGNN_ISA"] = "base"
+    proc = subprocess.run([sys.executable, "-c", "from distgnn import ops, _native; "
+                           "print(_native.aggregate_isa())"], env=env, capture_output=True, text=True)
+    assert proc.stdout.strip() in ("base", "native")
+
+
 @pytest.mark.parametrize("norm", ["sum", "mean", "gcn"])
-def test_gradcheck_float64(norm: str) -> None:
+def test_gradcheck_float64(norm: str, isa: str) -> None:
     indptr, indices = power_law_graph(12, 15, 60, seed=1)
     x = torch.randn(15, 3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda t: ops.aggregate(indptr, indices, t, norm), (x,))
@@ -42,10 +73,11 @@ def test_gradcheck_float64(norm: str) -> None:
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("F", [1, 7, 33, 256])
+@pytest.mark.parametrize("F", [1, 7, 33, 41, 256, 300])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("norm", ["sum", "mean", "gcn"])
-def test_aggregate_matches_reference(norm: str, index_dtype: torch.dtype, F: int, threads: int) -> None:
+def test_aggregate_matches_reference(norm: str, index_dtype: torch.dtype, F: int, threads: int,
+                                     isa: str) -> None:
     indptr, indices = power_law_graph(300, 400, 6000, seed=F + threads, index_dtype=index_dtype)
     x = torch.randn(400, F, requires_grad=True)
     y = ops.aggregate(indptr, indices, x, norm, threads=threads)
@@ -83,7 +115,7 @@ def test_global_degree_and_stored_transpose(norm: str) -> None:
 @pytest.mark.parametrize("tiles", [1, 3, 200])
 @pytest.mark.parametrize("block", [8, 32, 48, 64, 256])
 @pytest.mark.parametrize("chunk_edges", [1, 50, 100_000])
-def test_tuning_options_and_hub_rows(block: int, chunk_edges: int, tiles: int) -> None:
+def test_tuning_options_and_hub_rows(block: int, chunk_edges: int, tiles: int, isa: str) -> None:
     """Every column block, hub rows cut into many pieces (chunk_edges small), prefetch on, source
     tiles (rows sorted) including more tiles than sources."""
     indptr, indices = power_law_graph(150, 150, 5000, seed=block)
@@ -187,3 +219,30 @@ def test_dropout_forward_backward() -> None:
     assert torch.count_nonzero(ops.dropout(x, 1.0, 1, 0, 3, gids)) == 0
     with pytest.raises(DistgnnError, match="global_ids"):
         ops.dropout(x, 0.5, 1, 0, 3, gids[:3])
+
+
+@pytest.mark.parametrize("F", [7, 41, 64, 256])
+@pytest.mark.parametrize("norm", ["sum", "mean", "gcn"])
+def test_bf16_rows_sum_in_float32(norm: str, F: int, isa: str) -> None:
+    """bfloat16 rows: the result is float32 and equals the float64 reference over the same
+    (bfloat16-rounded) rows to float32 rounding, since the kernel widens exactly and sums in
+    float32; backward gathers bfloat16 gradient rows, so it matches the reference to bfloat16
+    rounding of the gradient (2**-8 relative)."""
+    indptr, indices = power_law_graph(300, 400, 6000, seed=F)
+    x = torch.randn(400, F).to(torch.bfloat16).requires_grad_(True)
+    y = ops.aggregate(indptr, indices, x, norm)
+    assert y.dtype == torch.float32 and y.shape == (300, F)
+    grad = torch.randn_like(y)
+    (gx,) = torch.autograd.grad(y, x, grad)
+    assert gx.dtype == torch.bfloat16
+    x64 = x.detach().double().requires_grad_(True)
+    y64 = ref.aggregate(indptr, indices, x64, norm)
+    (g64,) = torch.autograd.grad(y64, x64, grad.double())
+    ya = ref.aggregate(indptr, indices, x64.detach().abs(), norm)
+    assert ((y.double() - y64).abs() <= 1e-5 * ya + 1e-6).all()
+    xa = x64.detach().abs().requires_grad_(True)
+    (ga,) = torch.autograd.grad(ref.aggregate(indptr, indices, xa, norm), xa, grad.double().abs())
+    assert ((gx.double() - g64).abs() <= 2 ** -7 * ga + 1e-6).all()
+    # the float32 rows of the same values give the same forward result to rounding
+    y32 = ops.aggregate(indptr, indices, x.detach().float(), norm)
+    torch.testing.assert_close(y, y32, rtol=1e-5, atol=1e-5)

@@ -15,6 +15,7 @@ from distgnn.partition.assign import assign_graph
 from distgnn.partition.build import build_all
 from distgnn.partition.layout import MASKS, METHODS
 from distgnn.partition.verify import verify_partition
+from distgnn.partition.vertex_order import VERTEX_ORDERS, local_degree
 from distgnn.progress import set_quiet
 from partition_helpers import make_store
 
@@ -31,9 +32,9 @@ def stores(tmp_path_factory) -> dict[str, Path]:
 
 
 def partition(graph: Path, out: Path, parts: int, method: str, seed: int = 0,
-              root_rule: str = "balance") -> list[zarr.Group]:
+              root_rule: str = "balance", order: str = "dbg") -> list[zarr.Group]:
     assign_graph(graph, parts, method, seed, out, root_rule=root_rule)
-    build_all(out, threads=2)
+    build_all(out, threads=2, order=order)
     return [zarr.open_group(str(out / f"part_{k}.zarr"), mode="r") for k in range(parts)]
 
 
@@ -74,11 +75,18 @@ def check_invariants(graph: Path, groups: list[zarr.Group]) -> None:
             assert not np.any(mask & ~is_root), f"{m} true at a leaf"
             assert np.array_equal(mask, store[m][:][l2g] & is_root)
         assert part["attrs"]["n_k"] == len(l2g) and part["attrs"]["m_k"] == len(p_indices)
-        # layout version 2: the roots first, then the leaves, each block ascending by global id
+        # layout version 2: the roots first, then the leaves; each block ascending by global id
+        # in vertex order none; every row's sources in ascending global id
         n_roots = part["attrs"]["n_roots"]
         assert part["attrs"]["layout_version"] == 2
         assert is_root[:n_roots].all() and not is_root[n_roots:].any()
-        assert np.all(np.diff(l2g[:n_roots]) > 0) and np.all(np.diff(l2g[n_roots:]) > 0)
+        assert len(np.unique(l2g)) == len(l2g)
+        if part["attrs"]["vertex_order"] == "none":
+            assert np.all(np.diff(l2g[:n_roots]) > 0) and np.all(np.diff(l2g[n_roots:]) > 0)
+        ascending = np.diff(l2g[p_indices]) >= 0  # duplicate edges repeat a source
+        ends = p_indptr[1:-1]
+        ascending[ends[(ends > 0) & (ends < len(p_indices))] - 1] = True  # across row ends
+        assert ascending.all(), "a row's sources do not ascend by global id"
         assert part["attrs"]["k"] == k and part["attrs"]["P"] == P
     assert np.array_equal(np.sort(np.concatenate(got)), expect), "edges differ from the graph's"
     assert np.all(covered >= 1), "a vertex is on no partition"
@@ -122,8 +130,81 @@ def test_verify_accepts_and_multilabel(stores, tmp_path, method):
     assert "OK" in verify_partition(tmp_path / "p")
 
 
+@pytest.mark.parametrize("shape,order,parts", [(s, o, 3) for s in SHAPES for o in VERTEX_ORDERS]
+                         + [("powerlaw", o, 1) for o in VERTEX_ORDERS])
+def test_invariants_every_vertex_order(stores, tmp_path, shape, order, parts):
+    built = partition(stores[shape], tmp_path / "p", parts, "libra", order=order)
+    check_invariants(stores[shape], built)
+    assert all(p.attrs["vertex_order"] == order for p in built)
+
+
+def _blocks(part: zarr.Group) -> list[slice]:
+    n_roots, n_k = part.attrs["n_roots"], part.attrs["n_k"]
+    return [slice(0, n_roots), slice(n_roots, n_k)]
+
+
+@pytest.mark.parametrize("order", ["degree", "dbg", "first-touch"])
+def test_vertex_order_keys(stores, tmp_path, order):
+    """degree: local degree non-increasing in each block; dbg: its group (by the block's mean
+    degree) non-increasing, global ids ascending inside a group; first-touch: vertices numbered as a row-major pass over
+    the part's edges (in the none numbering) first meets them."""
+    none = partition(stores["powerlaw"], tmp_path / "none", 3, "libra", order="none")
+    built = partition(stores["powerlaw"], tmp_path / "o", 3, "libra", order=order)
+    for ref, part in zip(none, built):
+        l2g = part["local_to_global"][:]
+        degree = local_degree(part["indptr"][:], part["indices"][:])
+        for block in _blocks(part):
+            d, g = degree[block], l2g[block]
+            if order == "degree":
+                assert np.all(np.diff(d) <= 0)
+                assert np.all(np.diff(g)[np.diff(d) == 0] > 0)  # ties in global id order
+            elif order == "dbg":
+                group = np.searchsorted(np.array([0.5, 1, 2, 4, 8, 16, 32]) * d.mean(), d, "right")
+                assert np.all(np.diff(group) <= 0)
+                assert np.all(np.diff(g)[np.diff(group) == 0] > 0)
+        if order == "first-touch":
+            r_l2g, r_ip, r_ind = (ref[a][:] for a in ("local_to_global", "indptr", "indices"))
+            seen, sequence = set(), []
+            for v in range(len(r_l2g)):
+                for u in [*r_ind[r_ip[v]:r_ip[v + 1]], v]:
+                    if u not in seen:
+                        seen.add(u)
+                        sequence.append(int(u))
+            n_roots = ref.attrs["n_roots"]
+            expect = ([r_l2g[u] for u in sequence if u < n_roots]
+                      + [r_l2g[u] for u in sequence if u >= n_roots])
+            assert np.array_equal(l2g, expect)
+
+
+def test_rcm_narrows_the_band(tmp_path):
+    """A path graph numbered at random: reverse Cuthill-McKee gives back bandwidth 1."""
+    from distgnn.data.graph_store import write_graph_store
+    from distgnn.data.source import GraphSource
+
+    n = 50
+    rng = np.random.default_rng(3)
+    ids = rng.permutation(n)
+    src, dst = ids[:-1], ids[1:]
+    source = GraphSource(
+        name="path", num_nodes=n, num_classes=2, feat_dim=2,
+        edges=lambda: iter([(src, dst)]),
+        features=lambda rows: (np.zeros((min(rows, n - i), 2), np.float32) for i in range(0, n, rows)),
+        labels=np.zeros(n, np.int64), masks={m: np.arange(n) < 10 for m in MASKS}, source="test",
+        multilabel=False, directed=True, seed=0)
+    graph = write_graph_store(source, tmp_path / "path" / "graph.zarr", threads=1)
+    (none,) = partition(graph, tmp_path / "none", 1, "libra", order="none")
+    (rcm,) = partition(graph, tmp_path / "rcm", 1, "libra", order="rcm")
+
+    def bandwidth(part):
+        ip, ind = part["indptr"][:], part["indices"][:]
+        rows = np.repeat(np.arange(len(ip) - 1), np.diff(ip))
+        return int(np.abs(rows - ind).max())
+
+    assert bandwidth(none) > 10 and bandwidth(rcm) == 1
+
+
 def test_one_part_reproduces_graph(stores, tmp_path):
-    (part,) = partition(stores["powerlaw"], tmp_path / "p", 1, "libra")
+    (part,) = partition(stores["powerlaw"], tmp_path / "p", 1, "libra", order="none")
     store = GraphStore.open(stores["powerlaw"])
     n = store.num_nodes
     assert np.array_equal(part["local_to_global"][:], np.arange(n))
@@ -203,3 +284,34 @@ def test_roots_on_most_in_edges(stores, tmp_path, method):
 def test_no_temp_left(stores, tmp_path):
     partition(stores["star"], tmp_path / "p", 2, "hash")
     assert sorted(os.listdir(tmp_path / "p")) == ["assignment.zarr", "part_0.zarr", "part_1.zarr"]
+
+
+def test_relabel_csr_is_what_a_one_part_build_stores(stores, tmp_path):
+    """bench.orders renumbers the bench graphs with relabel_csr instead of building them: it
+    gives the arrays a one-part build stores, for every order."""
+    from distgnn.partition.vertex_order import block_permutation, relabel_csr
+
+    store = GraphStore.open(stores["powerlaw"])
+    indptr, indices = store.csr()
+    for order in VERTEX_ORDERS:
+        (part,) = partition(stores["powerlaw"], tmp_path / order, 1, "libra", order=order)
+        perm = block_permutation(indptr, indices, len(indptr) - 1, order)
+        assert np.array_equal(part["local_to_global"][:], perm)
+        got = relabel_csr(indptr, indices, perm)
+        assert np.array_equal(got[0], part["indptr"][:]) and np.array_equal(got[1], part["indices"][:])
+
+
+@pytest.mark.parametrize("order", ["dbg", "rcm"])
+def test_rows_through_the_scratch_file_and_streamed_agree(stores, tmp_path, monkeypatch, order):
+    """A block with more runs of ascending ids than MAX_STREAMED_RUNS goes through a scratch file:
+    the same part bytes as streaming it run by run, and no scratch file left behind."""
+    from distgnn.partition import build as build_mod
+
+    streamed = partition(stores["powerlaw"], tmp_path / "streamed", 3, "libra", order=order)
+    monkeypatch.setattr(build_mod, "MAX_STREAMED_RUNS", 0)
+    scratch = partition(stores["powerlaw"], tmp_path / "scratch", 3, "libra", order=order)
+    check_invariants(stores["powerlaw"], scratch)
+    for a, b in zip(streamed, scratch):
+        for name in ("feat", "label", "local_to_global", "indices"):
+            assert np.array_equal(a[name][:], b[name][:]), name
+    assert not [p for p in (tmp_path / "scratch").iterdir() if p.name.startswith(".")]

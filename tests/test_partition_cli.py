@@ -60,7 +60,8 @@ def test_inspect_and_verify(built, capsys):
     code, text, _ = run(["inspect", str(built)], capsys)
     assert code == 0 and "replication factor" in text and "train roots" in text
     assert "partials out" in text and "rows in" in text
-    assert len([line for line in text.splitlines() if line.strip().endswith("yes")]) == 3
+    rows = [line.split() for line in text.splitlines()]
+    assert [r[-2:] for r in rows if r[-2:] == ["yes", "dbg"]] == [["yes", "dbg"]] * 3
     code, text, _ = run(["verify", str(built), "--quiet"], capsys)
     assert code == 0 and "OK" in text
 
@@ -184,7 +185,7 @@ def test_stale_tmp_does_not_count(graph, tmp_path, capsys):
     shutil.move(out / "part_1.zarr", out / ".part_1.zarr.tmp-12345")
     _verify_fails(out, capsys, "part_1.zarr: missing")
     code, text, _ = run(["inspect", str(out)], capsys)
-    assert code == 0 and text.strip().splitlines()[-1].endswith("no")
+    assert code == 0 and text.strip().splitlines()[-1].split()[-2] == "no"
 
 
 def test_existing_assignment_needs_force(graph, built, capsys):
@@ -207,3 +208,32 @@ def test_interrupted_partition_leaves_nothing(graph, tmp_path, monkeypatch, caps
     code, _, _ = run(["partition", str(graph), "--parts", "3", "--out", str(out), "--quiet"], capsys)
     assert code == 130
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_order_and_old_stream_spelling(graph, tmp_path, capsys):
+    """--order names the vertex order (recorded per part, shown by inspect); its old values
+    store/shuffle still mean the edge stream, with one line saying so; --stream is the new
+    spelling, and the two contradicting is one line, exit 2."""
+    out = tmp_path / "rcm"
+    code, _, err = run(["partition", str(graph), "--parts", "2", "--order", "rcm", "--out",
+                        str(out), "--quiet"], capsys)
+    assert code == 0 and err == ""
+    assert {zarr.open_group(str(out / f"part_{k}.zarr"), mode="r").attrs["vertex_order"]
+            for k in range(2)} == {"rcm"}
+    table = [line.split() for line in run(["inspect", str(out)], capsys)[1].splitlines()]
+    assert [r[-2:] for r in table if r[-1:] == ["rcm"]] == [["yes", "rcm"]] * 2
+    old, new = tmp_path / "old", tmp_path / "new"
+    code, _, err = run(["partition", str(graph), "--parts", "2", "--method", "hdrf", "--order",
+                        "store", "--out", str(old), "--quiet"], capsys)
+    assert code == 0 and err.strip() == ("distgnn partition: --order store is now spelled --stream "
+                                         "store (--order names the vertex order); taken as --stream")
+    assert run(["partition", str(graph), "--parts", "2", "--method", "hdrf", "--stream", "store",
+                "--out", str(new), "--quiet"], capsys)[0] == 0
+    for folder in (old, new):
+        assert zarr.open_group(str(folder / "assignment.zarr"), mode="r").attrs["order"] == "store"
+    for path in sorted(new.rglob("*")):
+        if path.is_file():
+            assert (old / path.relative_to(new)).read_bytes() == path.read_bytes(), path
+    code, _, err = run(["partition", str(graph), "--parts", "2", "--order", "shuffle", "--stream",
+                        "store", "--out", str(tmp_path / "x")], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "contradicts --stream" in err

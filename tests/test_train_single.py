@@ -140,3 +140,31 @@ def test_epoch_lines_resume_notes_and_quiet(tmp_path: Path) -> None:
         ["epoch 3/5", "epoch 4/5", "epoch 5/5"]
     proc = run_cli("train", folder, "--epochs", "2", "--quiet", *common[:-1], "--out", tmp_path / "q")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_vertex_order_and_huge_pages_change_no_result(tmp_path: Path) -> None:
+    """A part in vertex order dbg on 2 MB pages (the defaults) trains to the losses and accuracies
+    of one in order none on ordinary pages (float rounding apart: the sums run in another order);
+    summary.json says what was asked and how much memory the kernel gave on huge pages."""
+    from distgnn.memory import thp_mode
+
+    graph = fetch("synth-reddit", root=tmp_path / "data", scale=0.02, threads=1)  # feat: 11 MB
+    results = {}
+    for order, flag in (("dbg", []), ("none", ["--no-huge-pages"])):
+        folder = tmp_path / order
+        proc = run_cli("partition", graph, "--parts", "1", "--order", order, "--out", folder, "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        run = tmp_path / f"run-{order}"
+        proc = run_cli("train", folder, "--epochs", "4", "--hidden", "16", "--eval-every", "2",
+                       "--threads", "1", "--out", run, "--quiet", *flag)
+        assert proc.returncode == 0, proc.stderr
+        results[order] = ([json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()],
+                          json.loads((run / "summary.json").read_text()))
+    (ordered, huge), (plain, small) = results["dbg"], results["none"]
+    torch.testing.assert_close(torch.tensor([l["loss"] for l in ordered]),
+                               torch.tensor([l["loss"] for l in plain]), rtol=1e-5, atol=0)
+    assert [l.get("val") for l in ordered] == pytest.approx([l.get("val") for l in plain], abs=1e-3)
+    assert huge["huge_pages"]["requested"] and not small["huge_pages"]["requested"]
+    assert huge["huge_pages"]["thp_mode"] == thp_mode()
+    if thp_mode() in ("madvise", "always"):
+        assert huge["huge_pages"]["bytes_by_rank"][0] >= 2 << 20

@@ -77,6 +77,16 @@ def test_schema_uses_the_one_algorithm_grammar():
     assert schema["properties"]["train"]["properties"]["algos"]["items"]["pattern"] == f"^(?:{ALGO_PATTERN})$"
 
 
+def test_schema_and_config_know_the_vertex_orders():
+    from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER, VERTEX_ORDERS
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    order = schema["properties"]["partition"]["properties"]["order"]
+    assert tuple(order["enum"]) == VERTEX_ORDERS and order["default"] == DEFAULT_VERTEX_ORDER
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert config["partition"]["order"] == DEFAULT_VERTEX_ORDER
+
+
 def test_dry_run_of_default_config_lists_the_jobs(tmp_path):
     # in a copy of the workflow: outputs of an earlier `scripts/demo.sh` in the working tree
     # must not turn the dry run into "Nothing to be done"
@@ -93,8 +103,9 @@ def test_dry_run_of_default_config_lists_the_jobs(tmp_path):
     assert set(algos) == {"cd-0", "cd-5", "0c"} and parts == [1, 2, 4]
     assert "distgnn launch partitions/synth-reddit-x0.01/libra-4 --algo cd-5" in proc.stdout
     assert "--executor local" in proc.stdout
-    assert "--no-input-cache" not in proc.stdout
+    assert "--no-input-cache" not in proc.stdout and "--no-huge-pages" not in proc.stdout
     assert "--roots balance" in proc.stdout
+    assert f"--order {config['partition']['order']}" in proc.stdout
 
 
 @pytest.mark.slow
@@ -109,11 +120,13 @@ def test_twin_options_reach_fetch_and_the_store_name(tmp_path):
     assert "data/synth-reddit-x0.01-d8-l0.5/graph.zarr" in proc.stdout
 
 
-def test_input_cache_false_reaches_the_train_command(tmp_path):
-    wd = workdir(tmp_path, tiny(train={"algos": ["cd-0"], "input_cache": False}))
+def test_input_cache_and_huge_pages_false_reach_the_train_command(tmp_path):
+    wd = workdir(tmp_path, tiny(train={"algos": ["cd-0"], "input_cache": False,
+                                       "huge_pages": False}, partition={"order": "rcm"}))
     proc = snakemake("-n", "-p", cwd=wd)
     assert proc.returncode == 0, proc.stderr
     assert "--algo cd-0" in proc.stdout and "--no-input-cache" in proc.stdout
+    assert "--no-huge-pages" in proc.stdout and "--order rcm" in proc.stdout
 
 
 def test_predict_enabled_adds_one_predict_job_per_run(tmp_path):

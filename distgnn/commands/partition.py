@@ -2,10 +2,14 @@
 
 Three forms share one parser (the first positional picks the form):
 
-* ``distgnn partition GRAPH.zarr --parts P [--method M] [--seed N] [--roots R] [--out DIR] [--threads T]``:
-  assign, then build every part;
-* ``distgnn partition assign GRAPH.zarr --parts P [--method M] [--seed N] [--roots R] [--out DIR]``;
-* ``distgnn partition build DIR --part K [--threads T]``.
+* ``distgnn partition GRAPH.zarr --parts P [--method M] [--seed N] [--roots R] [--stream S]
+  [--order O] [--out DIR] [--threads T]``: assign, then build every part;
+* ``distgnn partition assign GRAPH.zarr --parts P [--method M] [--seed N] [--roots R] [--stream S]
+  [--out DIR]``;
+* ``distgnn partition build DIR --part K [--order O] [--threads T]``.
+
+``--order`` is the parts' vertex order (:mod:`distgnn.partition.vertex_order`); it used to name
+the edge stream (``store``/``shuffle``, now ``--stream``), and those two values still mean that.
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import time
 
 from distgnn.errors import DistgnnError
 from distgnn.partition.layout import METHODS, ORDERS, ROOT_RULES
+from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER, VERTEX_ORDERS
 from distgnn.progress import set_quiet
 
 STAGES = ("assign", "build")
@@ -22,8 +27,8 @@ STAGES = ("assign", "build")
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "partition", help="vertex-cut partition a graph store (assign + build)",
-        usage="distgnn partition [assign] GRAPH.zarr --parts P [--method M] [--seed N] [--out DIR]"
-              "\n       distgnn partition build DIR --part K [--threads T]",
+        usage="distgnn partition [assign] GRAPH.zarr --parts P [--method M] [--seed N] [--order O] "
+              "[--out DIR]\n       distgnn partition build DIR --part K [--order O] [--threads T]",
         description="Assign every edge to one of P partitions (writing DIR/assignment.zarr) and "
                     "build DIR/part_<k>.zarr for each k. `assign` and `build` run one stage.")
     p.add_argument("first", metavar="[assign|build] PATH", help="GRAPH.zarr, or a stage name")
@@ -32,9 +37,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", default="libra", help=f"one of {', '.join(METHODS)} (default: libra)")
     p.add_argument("--seed", type=int, default=0,
                    help="seed of the tie-breaking rule and of the shuffled order (default: 0)")
-    p.add_argument("--order", choices=ORDERS,
+    p.add_argument("--stream", choices=ORDERS,
                    help="edge stream of libra/hdrf: the store's CSR order or a seeded shuffle "
                         "(default: store for libra, shuffle for hdrf)")
+    p.add_argument("--order", choices=VERTEX_ORDERS + ORDERS, default=None,
+                   help=f"vertex order of each part's local ids, for the kernel's locality: "
+                        f"{', '.join(VERTEX_ORDERS)} (default: {DEFAULT_VERTEX_ORDER}; see "
+                        f"docs/design.md, section 3). store/shuffle: the old spelling of --stream")
     p.add_argument("--roots", choices=ROOT_RULES, default="balance",
                    help="root of a split vertex: any replica, balancing roots per part (balance); "
                         "or a replica holding the most of its in-edges, then balancing (in-edges: "
@@ -75,8 +84,25 @@ def _remove_outputs(out) -> None:
         shutil.rmtree(store, ignore_errors=True)
 
 
+def split_order(args: argparse.Namespace) -> tuple[str | None, str]:
+    """(edge stream, vertex order) from --stream and --order (whose values store/shuffle are the
+    old spelling of --stream)."""
+    stream, order = args.stream, args.order or DEFAULT_VERTEX_ORDER
+    if args.order in ORDERS:
+        import sys
+
+        if args.stream is not None and args.stream != args.order:
+            raise DistgnnError(f"--order {args.order} (the old spelling of --stream) contradicts "
+                               f"--stream {args.stream}")
+        print(f"distgnn partition: --order {args.order} is now spelled --stream {args.order} "
+              f"(--order names the vertex order); taken as --stream", file=sys.stderr)
+        stream, order = args.order, DEFAULT_VERTEX_ORDER
+    return stream, order
+
+
 def run(args: argparse.Namespace) -> int:
     set_quiet(args.quiet)
+    stream, order = split_order(args)
     stage, path = (args.first, args.path) if args.first in STAGES else (None, args.first)
     if stage is None and args.path is not None:
         raise DistgnnError(f"unexpected argument '{args.path}' (one GRAPH.zarr, or a stage: "
@@ -89,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
 
         if args.part is None:
             raise DistgnnError("partition build: --part K is required")
-        out = build_part(path, args.part, args.threads)
+        out = build_part(path, args.part, args.threads, order=order)
         print(f"{out} ({time.perf_counter() - start:.1f} s)")
         return 0
     if args.parts is None:
@@ -97,15 +123,16 @@ def run(args: argparse.Namespace) -> int:
     from distgnn.partition.assign import assign_graph
 
     out, attrs = assign_graph(path, args.parts, args.method, args.seed, args.out, args.threads,
-                              overwrite=args.force, order=args.order, root_rule=args.roots)
+                              overwrite=args.force, order=stream, root_rule=args.roots)
     _print_assignment(out, attrs)
     if stage is None:
         from distgnn.partition.build import build_all
 
         try:
-            build_all(out, args.threads)
+            build_all(out, args.threads, order=order)
         except BaseException:
             _remove_outputs(out)  # an assignment without its parts must not look complete
             raise
-        print(f"{out}: {args.parts} parts built ({time.perf_counter() - start:.1f} s in all)")
+        print(f"{out}: {args.parts} parts built, vertex order {order} "
+              f"({time.perf_counter() - start:.1f} s in all)")
     return 0

@@ -20,8 +20,9 @@ from distgnn import _native
 from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
-from distgnn.partition.store_io import (RowWriter, create_row_array, gather_rows_multi,
-                                        read_csr, write_array)
+from distgnn.partition.store_io import (RowWriter, ScatteredRows, SharedChunks, create_row_array,
+                                        gather_rows_multi, read_csr, write_array)
+from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER, block_permutation, check_order
 from distgnn.progress import progress
 from distgnn.zarr_io import AtomicGroup, combine_digests, open_checked, read_chunked
 
@@ -102,7 +103,7 @@ def comm_plan(inp: BuildInputs, k: int, l2g: np.ndarray,
     P = inp.attrs["P"]
     owner = inp.root[l2g]
     leaves = np.flatnonzero(~is_root)
-    leaf_send = leaves[np.argsort(owner[leaves], kind="stable")]  # by owner, then global id
+    leaf_send = leaves[np.lexsort((l2g[leaves], owner[leaves]))]  # by owner, then global id
     send_off = np.zeros(P + 1, dtype=np.int64)
     np.cumsum(np.bincount(owner[leaves], minlength=P), out=send_off[1:])
     roots = np.flatnonzero(is_root)
@@ -113,7 +114,8 @@ def comm_plan(inp: BuildInputs, k: int, l2g: np.ndarray,
             groups.append(np.empty(0, dtype=np.int64))
             continue
         has = (root_bits[:, j // 64] >> np.uint64(j % 64)) & np.uint64(1)
-        groups.append(roots[has.astype(bool)])
+        group = roots[has.astype(bool)]
+        groups.append(group[np.argsort(l2g[group], kind="stable")])
     recv_off = np.zeros(P + 1, dtype=np.int64)
     np.cumsum([len(g) for g in groups], out=recv_off[1:])
     return (leaf_send.astype(np.int64), send_off, np.concatenate(groups).astype(np.int64), recv_off)
@@ -121,31 +123,60 @@ def comm_plan(inp: BuildInputs, k: int, l2g: np.ndarray,
 
 def local_order(inp: BuildInputs, k: int) -> tuple[np.ndarray, int]:
     """(local_to_global int64 [n_k], n_roots): part k's roots first, then its leaves, each block
-    in ascending global id (layout version 2, see :mod:`distgnn.partition`)."""
+    in ascending global id (layout version 2 with vertex order ``none``, see
+    :mod:`distgnn.partition`)."""
     members = layout.members(inp.replicas, k)
     is_root = inp.root[members] == k
     return np.concatenate([members[is_root], members[~is_root]]), int(is_root.sum())
 
 
+def ordered_structure(inp: BuildInputs, k: int, order: str,
+                      threads: int) -> tuple[np.ndarray, int, np.ndarray, np.ndarray]:
+    """(local_to_global, n_roots, indptr, indices) of part k in vertex order ``order``
+    (:mod:`distgnn.partition.vertex_order`); rows list their sources in ascending global id
+    (the order of the graph's own rows) in every order."""
+    l2g, n_roots = local_order(inp, k)
+    indptr, indices = local_csr(inp, k, l2g, threads)
+    if order == "none":
+        return l2g, n_roots, indptr, indices
+    l2g = l2g[block_permutation(indptr, indices, n_roots, order)]
+    del indptr, indices
+    indptr, indices = local_csr(inp, k, l2g, threads)
+    return l2g, n_roots, indptr, indices
+
+
+#: a block streams straight into one row writer per run of ascending global ids when it has at
+#: most this many runs (each writer holds up to two chunks); beyond, through a scratch file
+MAX_STREAMED_RUNS = 64
+
+
+def ascending_runs(gids: np.ndarray) -> list[tuple[int, int]]:
+    """[lo, hi) of each maximal run of ascending values of ``gids`` (one empty run when empty)."""
+    cuts = np.flatnonzero(np.diff(gids) < 0) + 1
+    edges = [0, *cuts.tolist(), len(gids)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
 class PartWriter:
     """Writes ``part_<k>.zarr`` in two steps: the constructor computes and writes the structure,
     the communication plan and the masks (under a temporary name); the row data (``feat``,
-    ``label``) is then streamed by the caller into the writers of :meth:`row_targets` (one per
-    block of local ids, roots then leaves, each fed its rows in ascending global id); :meth:`commit`
-    writes the attrs and renames. :meth:`abort` removes the temporary folder (also done when the
+    ``label``) is then streamed by the caller into the writers of :meth:`row_targets`: one per run
+    of ascending global ids in each block (roots, then leaves), each fed its rows in ascending
+    global id (``none``: one run per block; ``dbg``: one per degree group), or, for a block with
+    more than :data:`MAX_STREAMED_RUNS` runs, one :class:`ScatteredRows` for the block;
+    :meth:`commit` writes the attrs and renames. :meth:`abort` removes the temporary folder (also done when the
     object is used as a context manager and an exception escapes)."""
 
     ROW_ARRAYS = ("feat", "label")
 
     def __init__(self, inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = True,
-                 executor: Executor | None = None):
+                 executor: Executor | None = None, order: str = DEFAULT_VERTEX_ORDER):
         P = inp.attrs["P"]
         if not 0 <= k < P:
             raise DistgnnError(f"--part: expected 0 <= K < {P}, got {k}")
-        self.inp, self.k = inp, k
-        l2g, self.n_roots = local_order(inp, k)
+        self.inp, self.k, self.order = inp, k, check_order(order)
+        l2g, self.n_roots, indptr, indices = ordered_structure(inp, k, order, threads)
         self.l2g = l2g
-        indptr, indices = local_csr(inp, k, l2g, threads)
         n_k, m_k = len(l2g), len(indices)
         t_indptr = np.empty(n_k + 1, dtype=np.int64)
         t_indices = np.empty(m_k, dtype=np.int32)
@@ -153,7 +184,8 @@ class PartWriter:
         is_root = inp.root[l2g] == k
         in_degree = (inp.indptr[l2g + 1] - inp.indptr[l2g]).astype(np.int64)
         leaf_send, send_off, root_recv, recv_off = comm_plan(inp, k, l2g, is_root)
-        self.rows: dict[str, tuple[RowWriter, RowWriter]] = {}
+        self.rows: dict[str, list[tuple[np.ndarray, Any]]] = {}
+        self.shared: dict[str, SharedChunks] = {}
         self.target = AtomicGroup(inp.folder / layout.part_name(k), overwrite=overwrite)
         try:
             g = self.target.group
@@ -174,14 +206,25 @@ class PartWriter:
             for name in self.ROW_ARRAYS:
                 array = create_row_array(g, name, (n_k, *inp.store[name].shape[1:]),
                                          inp.store[name].dtype)
-                self.rows[name] = (RowWriter(array, executor, 0, self.n_roots),
-                                   RowWriter(array, executor, self.n_roots, n_k))
+                self.rows[name] = targets = []
+                self.shared[name] = shared = SharedChunks(array, executor)
+                for lo, hi in ((0, self.n_roots), (self.n_roots, n_k)):
+                    block = l2g[lo:hi]
+                    runs = ascending_runs(block)
+                    if len(runs) <= MAX_STREAMED_RUNS:
+                        targets += [(block[a:b], RowWriter(array, executor, lo + a, lo + b, shared))
+                                    for a, b in runs]
+                    else:
+                        scattered = ScatteredRows(RowWriter(array, executor, lo, hi, shared),
+                                                  block, inp.folder)
+                        targets.append((scattered.gids, scattered))
         except BaseException:
             self.abort()
             raise
         self.attrs = {
             "format_version": layout.FORMAT_VERSION,
             "layout_version": layout.LAYOUT_VERSION, "n_roots": self.n_roots,
+            "vertex_order": order,
             "k": k, "P": P, "method": inp.attrs["method"], "seed": inp.attrs["seed"],
             "store": inp.attrs["store"], "graph": inp.attrs["graph"],
             "graph_checksum": inp.attrs["graph_checksum"],
@@ -196,20 +239,23 @@ class PartWriter:
             "multilabel": inp.store.attrs["multilabel"],
         }
 
-    def row_targets(self, name: str) -> list[tuple[np.ndarray, RowWriter]]:
-        """(global ids ascending, writer) for each block of local ids of row array ``name``."""
-        roots, leaves = self.rows[name]
-        return [(self.l2g[:self.n_roots], roots), (self.l2g[self.n_roots:], leaves)]
+    def row_targets(self, name: str) -> list[tuple[np.ndarray, Any]]:
+        """(global ids ascending, writer) for each run of row array ``name``, in local id order."""
+        return self.rows[name]
 
     def commit(self) -> Path:
-        for name, (roots, leaves) in self.rows.items():
-            # the roots' writer first: the leaves' writer then writes the chunk they share
-            self.digests[name] = roots.finish() + "+" + leaves.finish()
+        for name, targets in self.rows.items():
+            self.digests[name] = "+".join(writer.finish() for _, writer in targets)
+            self.shared[name].finish()  # the chunks two writers shared, written once full
         return self.target.commit({**self.attrs, "checksum": combine_digests(self.digests)})
 
     def abort(self) -> None:
-        for writer in (w for pair in self.rows.values() for w in pair):
+        for writer in (w for targets in self.rows.values() for _, w in targets):
             writer.drain()  # no background write may land after the folder is removed
+            if isinstance(writer, ScatteredRows):
+                writer.close()
+        for shared in self.shared.values():
+            shared.drain()
         self.target.__exit__(None, None, None)
 
     def __enter__(self) -> "PartWriter":
@@ -220,11 +266,12 @@ class PartWriter:
             self.abort()
 
 
-def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = True) -> Path:
+def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = True,
+               order: str = DEFAULT_VERTEX_ORDER) -> Path:
     """Write ``part_<k>.zarr`` under a temporary name and rename it when complete."""
     # One background writer: a chunk is written while the next is gathered.
     with ThreadPoolExecutor(max_workers=1) as executor, \
-            PartWriter(inp, k, threads, overwrite, executor) as part:
+            PartWriter(inp, k, threads, overwrite, executor, order) as part:
         for name in PartWriter.ROW_ARRAYS:
             # both blocks (roots, leaves) from one pass over the source chunks
             gather_rows_multi(inp.store[name], part.row_targets(name), desc=f"build {name}")
@@ -232,16 +279,19 @@ def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = Tru
 
 
 def build_part(folder: str | os.PathLike, k: int, threads: int = 0,
-               graph: str | os.PathLike | None = None) -> Path:
-    """Build one part (the DAG's `build` stage)."""
+               graph: str | os.PathLike | None = None, order: str = DEFAULT_VERTEX_ORDER) -> Path:
+    """Build one part (the DAG's `build` stage) in vertex order ``order``."""
+    check_order(order)
     inp = load_inputs(folder, graph)
-    return build_from(inp, k, threads)
+    return build_from(inp, k, threads, order=order)
 
 
-def build_all(folder: str | os.PathLike, threads: int = 0) -> list[Path]:
+def build_all(folder: str | os.PathLike, threads: int = 0,
+              order: str = DEFAULT_VERTEX_ORDER) -> list[Path]:
     """Build every part, reading the graph and the assignment once, and the row data (features)
     once as well: each source chunk is read one time and its rows sent to every part's writer
     (memory: two chunks per part, whatever the width)."""
+    check_order(order)
     inp = load_inputs(folder)
     workers = max(1, threads if threads > 0 else (os.cpu_count() or 1))
     with contextlib.ExitStack() as stack:
@@ -250,7 +300,7 @@ def build_all(folder: str | os.PathLike, threads: int = 0) -> list[Path]:
         executor = stack.enter_context(ThreadPoolExecutor(max_workers=workers))
         # The parts' structure (CSR, transpose, plan, masks) is built side by side; every part
         # that was made joins the stack (so it is removed if another one failed).
-        futures = [executor.submit(PartWriter, inp, k, 1, executor=executor)
+        futures = [executor.submit(PartWriter, inp, k, 1, executor=executor, order=order)
                    for k in range(inp.attrs["P"])]
         parts, error = [], None
         for future in progress(futures, desc="build structure"):

@@ -33,12 +33,13 @@ def describe_partition(folder: str | Path) -> str:
              format_quality(attrs),
              "roots are local ids [0, roots) of each part; per aggregation under --apply root a "
              "part sends 'partials out' leaf rows to roots and receives 'rows in' source rows "
-             "(its leaves with local in- / out-edges); built 'old': rebuild (layout version 1)",
+             "(its leaves with local in- / out-edges); built 'old': rebuild (layout version 1); "
+             "order: the part's vertex order (distgnn partition --order)",
              f"{'part':>5} {'edges':>14} {'vertices':>12} {'roots':>12} {'train roots':>12} "
-             f"{'split':>12} {'partials out':>13} {'rows in':>12} {'built':>6}"]
+             f"{'split':>12} {'partials out':>13} {'rows in':>12} {'built':>6} {'order':>11}"]
     for k in range(attrs["P"]):
         path = folder / layout.part_name(k)
-        split, sent, received, built = "-", "-", "-", "no"
+        split, sent, received, built, order = "-", "-", "-", "no", "-"
         if path.exists():
             group = zarr.open_group(str(path), mode="r")
             part = dict(group.attrs)
@@ -49,8 +50,9 @@ def describe_partition(folder: str | Path) -> str:
             else:
                 reduce_rows, bcast_rows = moving_rows(group)
                 split, built = f"{part['num_split']:,}", "yes"
+                order = part.get("vertex_order", "none")
                 sent, received = f"{reduce_rows:,}", f"{bcast_rows:,}"
         lines.append(f"{k:>5} {attrs['part_edges'][k]:>14,} {attrs['part_vertices'][k]:>12,} "
                      f"{attrs['part_roots'][k]:>12,} {attrs['part_train_roots'][k]:>12,} "
-                     f"{split:>12} {sent:>13} {received:>12} {built:>6}")
+                     f"{split:>12} {sent:>13} {received:>12} {built:>6} {order:>11}")
     return "\n".join(lines)

@@ -1,7 +1,10 @@
 """Small writers shared by the assignment and part builders (all checksummed, chunk-aligned)."""
 from __future__ import annotations
 
+import os
+import tempfile
 from concurrent.futures import Executor, Future
+from pathlib import Path
 
 import google_crc32c
 import numpy as np
@@ -40,6 +43,53 @@ def create_row_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype
                               compressors=[zarr.codecs.Crc32cCodec()])
 
 
+class SharedChunks:
+    """The chunks of one array that several :class:`RowWriter` fill in part (where one writer's
+    rows end and the next one's begin): each writer deposits its rows, and a chunk is written,
+    whole, once all its rows are in (so no chunk is read back and rewritten, and the writers may
+    finish in any order)."""
+
+    def __init__(self, array: zarr.Array, executor: Executor | None = None):
+        self.array, self.executor = array, executor
+        self.step = array.chunks[0]
+        self.open: dict[int, tuple[np.ndarray, int]] = {}
+        self.pending: list[Future] = []
+
+    def deposit(self, start: int, data: np.ndarray) -> None:
+        """Rows ``data`` at ``start``, all inside one chunk."""
+        first = start // self.step * self.step
+        stop = min(first + self.step, self.array.shape[0])
+        buf, filled = self.open.pop(first, (None, 0))
+        if buf is None:
+            buf = np.empty((stop - first, *self.array.shape[1:]), dtype=self.array.dtype)
+        buf[start - first:start - first + len(data)] = data
+        filled += len(data)
+        if filled < stop - first:
+            self.open[first] = (buf, filled)
+        elif self.executor is None:
+            self.array[first:stop] = buf
+        else:
+            self.pending.append(self.executor.submit(self.array.__setitem__, slice(first, stop), buf))
+
+    def finish(self) -> None:
+        """Wait for the writes; refuse a chunk some rows never reached."""
+        for future in self.pending:
+            future.result()
+        self.pending = []
+        if self.open:
+            first = min(self.open)
+            raise DistgnnError(f"array '{self.array.basename}': chunk at row {first} got "
+                               f"{self.open[first][1]} of its rows")
+
+    def drain(self) -> None:
+        for future in self.pending:
+            try:
+                future.result()
+            except Exception:  # noqa: BLE001 - the original error is already propagating
+                pass
+        self.pending = []
+
+
 class RowWriter:
     """Writes selected rows of source blocks into ``array`` in order, through two preallocated
     chunk buffers (rows are gathered straight into one while the other, full, is written), so
@@ -49,13 +99,15 @@ class RowWriter:
     the content.
 
     ``start``/``stop`` confine the writer to rows ``[start, stop)`` of the array (default: all),
-    so two writers can fill one array's two blocks side by side (a part's roots and its leaves).
-    When ``start`` is not on a chunk boundary, the rows up to the next boundary share a chunk with
-    the block before, so they are kept and written by :meth:`finish`, which must then run after
-    the writer of the block before has finished."""
+    so several writers can fill one array's ranges side by side (a part's roots and its leaves,
+    or the runs of a vertex order). Rows of a chunk shared with another writer's range go to
+    ``shared`` (:class:`SharedChunks`, one per array), which writes that chunk once it is full;
+    without ``shared``, when ``start`` is not on a chunk boundary the rows up to the next boundary
+    are kept and written by :meth:`finish`, which must then run after the writer of the range
+    before has finished."""
 
     def __init__(self, array: zarr.Array, executor: Executor | None = None, start: int = 0,
-                 stop: int | None = None):
+                 stop: int | None = None, shared: SharedChunks | None = None):
         self.array = array
         self.step = array.chunks[0]
         self.buffers = [np.empty((self.step, *array.shape[1:]), dtype=array.dtype) for _ in range(2)]
@@ -68,6 +120,7 @@ class RowWriter:
         self.cursor = start
         self.crc = 0
         self.head: tuple[int, np.ndarray] | None = None   #: rows sharing a chunk with the block before
+        self.shared = shared
 
     @property
     def buf(self) -> np.ndarray:
@@ -107,6 +160,11 @@ class RowWriter:
                                f"[{self.start}, {self.stop})")
         data = self.buf[:self.fill]
         self.crc = google_crc32c.extend(self.crc, data)
+        whole = self.cursor % self.step == 0 and (end % self.step == 0 or end == self.array.shape[0])
+        if self.shared is not None and not whole:
+            self.shared.deposit(self.cursor, data.copy())
+            self.cursor, self.fill = end, 0
+            return
         if self.cursor == self.start and self.start % self.step:
             self.head = (self.cursor, data.copy())  # shares a chunk with the block before
             self.cursor, self.fill = end, 0
@@ -139,6 +197,59 @@ class RowWriter:
         if self.array.shape[0] == 0:
             self.array[...] = self.array.fill_value  # still write the (empty) chunk layout
         return f"crc32c-{self.crc:08x}-{self.cursor - self.start}"
+
+
+class ScatteredRows:
+    """Feeds a :class:`RowWriter` whose block is not in ascending global id (a part in a vertex
+    order): :meth:`take` accepts the block's rows in ascending global id (as
+    :func:`gather_rows_multi` hands them out) and puts each at its place in a scratch file in
+    ``scratch_dir`` (memory-mapped, so resident memory stays small: the pages are the OS's to
+    write back); :meth:`finish` streams the file, in the block's order, through the writer and
+    removes it. ``gids``: the block's global ids in its own (local) order."""
+
+    def __init__(self, writer: RowWriter, gids: np.ndarray, scratch_dir: str | os.PathLike):
+        self.writer = writer
+        self.place = np.argsort(gids, kind="stable")  # block position of the i-th smallest id
+        self.gids = gids[self.place]
+        self.cursor = 0
+        shape = (len(gids), *writer.array.shape[1:])
+        self.path: Path | None = None
+        if len(gids) == 0:
+            self.rows = np.empty(shape, dtype=writer.array.dtype)
+            return
+        fd, name = tempfile.mkstemp(prefix=f".{writer.array.basename}-rows-", suffix=".tmp",
+                                    dir=scratch_dir)
+        os.close(fd)
+        self.path = Path(name)
+        self.rows = np.memmap(self.path, dtype=writer.array.dtype, mode="w+", shape=shape)
+
+    def take(self, block: np.ndarray, rows: np.ndarray) -> None:
+        """Place ``block[rows]``, the next rows in ascending global id."""
+        count = len(rows)
+        self.rows[self.place[self.cursor:self.cursor + count]] = block[rows]
+        self.cursor += count
+
+    def finish(self) -> str:
+        if self.cursor != len(self.place):
+            raise DistgnnError(f"array '{self.writer.array.basename}': got {self.cursor} of "
+                               f"{len(self.place)} rows")
+        step = self.writer.step
+        for start in range(0, len(self.place), step):
+            chunk = np.ascontiguousarray(self.rows[start:start + step])
+            self.writer.take(chunk, np.arange(len(chunk), dtype=np.int64))
+        digest = self.writer.finish()
+        self.close()
+        return digest
+
+    def drain(self) -> None:
+        self.writer.drain()
+
+    def close(self) -> None:
+        """Remove the scratch file (also after a failure)."""
+        self.rows = None
+        if self.path is not None:
+            self.path.unlink(missing_ok=True)
+            self.path = None
 
 
 def gather_rows_multi(source: zarr.Array, targets: list[tuple[np.ndarray, RowWriter]],

@@ -3,11 +3,13 @@
 Checked, in order: every chunk of the assignment and of every part reads back (crc32c); the
 assignment matches the graph (checksum, sizes) and each part matches the assignment; per part:
 the layout (roots first: ``local_to_global[:n_roots]`` the part's roots and the rest its leaves,
-each block strictly ascending), the CSR and its transpose well formed and each other's
+each block strictly ascending in vertex order ``none``, a permutation of its members in any other
+order), the CSR and its transpose well formed and each other's
 transpose, ``in_degree_global`` and ``is_root`` agree with the graph and the assignment; over all
 parts: every vertex covered and with exactly one root, every global edge on exactly one part with
 the right endpoints (compared destination block by destination block, so memory stays bounded),
-masks only at roots with the graph's counts, features and labels equal to the graph's rows, and
+masks only at roots with the graph's counts, features and labels equal to the graph's rows
+(compared through one 64-bit fingerprint per row, so memory is 8 bytes per vertex), and
 the communication plan pairs up: k's ``leaf_send`` group towards j and j's ``root_recv`` group from
 k list the same global ids in the same order, and cover exactly the leaves and their roots.
 """
@@ -22,6 +24,7 @@ import zarr
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
 from distgnn.partition.build import open_assignment, open_graph_for
+from distgnn.partition.vertex_order import VERTEX_ORDERS
 from distgnn.progress import progress
 from distgnn.zarr_io import check_chunks_present, open_checked, verify_checksums
 
@@ -58,9 +61,31 @@ def _open_part(folder: Path, k: int, attrs: dict) -> zarr.Group:
     return group
 
 
-def _blocks(l2g: np.ndarray, n_roots: int) -> list[tuple[int, np.ndarray]]:
-    """(first local id, global ids ascending) of a part's two blocks: roots, then leaves."""
-    return [(0, l2g[:n_roots]), (n_roots, l2g[n_roots:])]
+def _by_global_id(l2g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(local ids, their global ids) in ascending global id."""
+    local = np.argsort(l2g, kind="stable")
+    return local, l2g[local]
+
+
+def _ranges(indptr: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Edge positions of ``rows`` (each row's [indptr[r], indptr[r+1]) in turn), int64."""
+    lengths = indptr[rows + 1] - indptr[rows]
+    total = int(lengths.sum())
+    starts = np.repeat(indptr[rows] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    return starts + np.arange(total, dtype=np.int64)
+
+
+def row_fingerprints(block: np.ndarray) -> np.ndarray:
+    """One uint64 per row of ``block`` (any dtype and width): the sum of the row's 32-bit words
+    (bytes when the row width is not a multiple of 4) times fixed odd multipliers, modulo 2**64.
+    Any change of one word changes it; two different rows collide with probability about 2**-64."""
+    rows = np.ascontiguousarray(block).reshape(len(block), -1)
+    raw = rows.view(np.uint8).reshape(len(block), -1)
+    words = raw.view(np.uint32) if raw.shape[1] % 4 == 0 else raw
+    multipliers = (np.random.default_rng(0x5EED).integers(0, 2**63, words.shape[1], dtype=np.uint64)
+                   * np.uint64(2) + np.uint64(1))
+    with np.errstate(over="ignore"):
+        return (words.astype(np.uint64) * multipliers).sum(axis=1, dtype=np.uint64)
 
 
 def _check_csr(label: str, indptr: np.ndarray, indices: np.ndarray, n: int) -> None:
@@ -96,10 +121,13 @@ def verify_partition(folder: str | os.PathLike, graph: str | os.PathLike | None 
         verify_checksums(group["comm"], f"{label}/comm")
         l2g = group["local_to_global"][:]
         n_k, n_roots = len(l2g), int(group.attrs["n_roots"])
-        for _, block in _blocks(l2g, n_roots):
-            if len(block) and (np.any(np.diff(block) <= 0) or block[0] < 0 or block[-1] >= n):
+        order = group.attrs.get("vertex_order", "none")
+        if order not in VERTEX_ORDERS:
+            _fail(f"{label}: unknown vertex_order '{order}' (expected one of {', '.join(VERTEX_ORDERS)})")
+        for block in (l2g[:n_roots], l2g[n_roots:]):
+            if order == "none" and len(block) and np.any(np.diff(block) <= 0):
                 _fail(f"{label}/local_to_global: its roots block [0, {n_roots}) or leaves block "
-                      f"is not strictly ascending global ids in [0, {n})")
+                      f"is not strictly ascending global ids (vertex order none)")
         if not np.array_equal(np.sort(l2g), layout.members(replicas, k)):
             _fail(f"{label}/local_to_global: differs from the assignment's replicas of part {k}")
         indptr, indices = group["indptr"][:], group["indices"][:]
@@ -141,6 +169,7 @@ def verify_partition(folder: str | os.PathLike, graph: str | os.PathLike | None 
 def _check_edges(folder: Path, parts: list, g_indptr: np.ndarray, g_indices: np.ndarray,
                  n: int) -> None:
     """Every global edge on exactly one part: compare sorted (dst, src) keys block by block."""
+    by_gid = [_by_global_id(l2g) for _, l2g, _, _, _ in parts]
     bounds = [0]
     while bounds[-1] < n:
         target = g_indptr[bounds[-1]] + EDGE_BLOCK
@@ -149,12 +178,10 @@ def _check_edges(folder: Path, parts: list, g_indptr: np.ndarray, g_indices: np.
         expect = (np.repeat(np.arange(a, b, dtype=np.int64), np.diff(g_indptr[a:b + 1])) * n
                   + g_indices[g_indptr[a]:g_indptr[b]].astype(np.int64))
         got = []
-        for group, l2g, indptr, indices, _ in parts:
-            for base, block in _blocks(l2g, int(group.attrs["n_roots"])):
-                lo = base + np.searchsorted(block, a)
-                hi = base + np.searchsorted(block, b)
-                rows = np.repeat(l2g[lo:hi], np.diff(indptr[lo:hi + 1]))
-                got.append(rows * n + l2g[indices[indptr[lo]:indptr[hi]]])
+        for (_, l2g, indptr, indices, _), (local, gids) in zip(parts, by_gid):
+            rows = local[np.searchsorted(gids, a):np.searchsorted(gids, b)]
+            dst = np.repeat(l2g[rows], indptr[rows + 1] - indptr[rows])
+            got.append(dst * n + l2g[indices[_ranges(indptr, rows)]])
         got = np.sort(np.concatenate(got)) if got else np.empty(0, np.int64)
         if not np.array_equal(got, np.sort(expect)):
             if len(got) != len(expect):
@@ -180,27 +207,24 @@ def _check_vertex_data(folder: Path, parts: list, store) -> None:
         if total != int(full.sum()):
             _fail(f"{folder}: {name} counts {total} over all parts, the graph {int(full.sum())}")
     for name in ("feat", "label"):
-        # one source chunk at a time (memory bounded whatever the parts' row spread)
         src = store[name]
-        step = src.chunks[0]
-        edges = np.arange(0, src.shape[0] + step, step, dtype=np.int64)
-        segments = [(group, base, base + np.searchsorted(ids, edges))
-                    for group, l2g, _, _, _ in parts
-                    for base, ids in _blocks(l2g, int(group.attrs["n_roots"]))]
-        l2g_of = {id(group): l2g for group, l2g, _, _, _ in parts}
-        for c in progress(range(len(edges) - 1), desc=f"verify {name} rows"):
-            block = None
-            for group, _, b in segments:
-                lo, hi = int(b[c]), int(b[c + 1])
-                if hi == lo:
-                    continue
-                if block is None:
-                    block = src[int(edges[c]):int(edges[c + 1])]
-                l2g = l2g_of[id(group)]
-                if not np.array_equal(group[name][lo:hi], block[l2g[lo:hi] - edges[c]],
-                                      equal_nan=True):
-                    _fail(f"{folder / layout.part_name(group.attrs['k'])}/{name}: rows {lo}..{hi - 1} "
-                          f"differ from the graph's rows")
+        expect = np.empty(src.shape[0], dtype=np.uint64)
+        for a, b in progress(list(_chunk_spans(src)), desc=f"verify {name} rows"):
+            expect[a:b] = row_fingerprints(src[a:b])
+        for group, l2g, _, _, _ in parts:
+            rows = group[name]
+            for a, b in _chunk_spans(rows):
+                bad = np.flatnonzero(row_fingerprints(rows[a:b]) != expect[l2g[a:b]])
+                if len(bad):
+                    _fail(f"{folder / layout.part_name(group.attrs['k'])}/{name}: row "
+                          f"{a + int(bad[0])} differs from the graph's row "
+                          f"{int(l2g[a + bad[0]])}")
+
+
+def _chunk_spans(array) -> list[tuple[int, int]]:
+    """[start, stop) of each chunk of rows of a zarr array."""
+    step = max(1, array.chunks[0])
+    return [(a, min(a + step, array.shape[0])) for a in range(0, array.shape[0], step)]
 
 
 def _check_comm(folder: Path, parts: list, root: np.ndarray, replicas: np.ndarray, P: int) -> None:
@@ -226,8 +250,8 @@ def _check_comm(folder: Path, parts: list, root: np.ndarray, replicas: np.ndarra
                 _fail(f"{label}/comm/leaf_send: group {j} holds vertices whose root is not on "
                       f"{j}, or is not sorted by global id")
             rgrp = l2g[r[ro[j]:ro[j + 1]]]
-            expect_r = l2g[is_root][((replicas[l2g[is_root], j // 64] >> np.uint64(j % 64))
-                                     & np.uint64(1)).astype(bool)] if j != k else l2g[:0]
+            expect_r = np.sort(l2g[is_root][((replicas[l2g[is_root], j // 64] >> np.uint64(j % 64))
+                                             & np.uint64(1)).astype(bool)]) if j != k else l2g[:0]
             if not np.array_equal(rgrp, expect_r):
                 _fail(f"{label}/comm/root_recv: group {j} is not the sorted roots with a leaf on {j}")
         sends.append((l2g, s, so))

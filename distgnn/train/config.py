@@ -49,6 +49,9 @@ class TrainConfig:
     #: seconds without a heartbeat after which a rank counts as silent and the job is ended
     #: (distgnn/train/watchdog.py; 0: no watchdog). Not an epoch time limit.
     hang_timeout_s: float = 600.0
+    #: features, CSR, transpose and torch's large buffers on 2 MB pages where the kernel allows
+    #: (distgnn/memory.py); a run setting, not a hyperparameter
+    huge_pages: bool = True
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);

@@ -85,7 +85,7 @@ class _LocalSum(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, part: PartitionData, timers: Timers, threads: int) -> torch.Tensor:
-        ctx.part, ctx.timers, ctx.threads = part, timers, threads
+        ctx.part, ctx.timers, ctx.threads, ctx.dtype = part, timers, threads, h.dtype
         with timers("aggregate"):
             return ops.aggregate(part.indptr, part.indices, h.detach(), norm="sum", threads=threads)
 
@@ -93,9 +93,16 @@ class _LocalSum(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor):
         part = ctx.part
         with ctx.timers("aggregate"):
-            grad_h = ops.aggregate(part.t_indptr, part.t_indices, grad.contiguous(), norm="sum",
-                                   threads=ctx.threads)
+            grad_h = transposed_sum(part, grad, ctx.dtype, ctx.threads)
         return grad_h, None, None, None
+
+
+def transposed_sum(part: PartitionData, grad: torch.Tensor, dtype: torch.dtype,
+                   threads: int) -> torch.Tensor:
+    """The local sum's backward: the kernel over the transpose, with the gradient rows gathered in
+    the forward rows' dtype (bfloat16 rows: bfloat16 gradient rows, float32 sums), returned in it."""
+    return ops.aggregate(part.t_indptr, part.t_indices, grad.to(dtype).contiguous(), norm="sum",
+                         threads=threads).to(dtype)
 
 
 def _reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, kind: str,

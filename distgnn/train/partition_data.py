@@ -73,14 +73,24 @@ def read_num_parts(partition_dir: str | os.PathLike) -> int:
     raise DistgnnError(f"{assignment}: no P attribute")
 
 
-def load_partition(partition_dir: str | os.PathLike, k: int) -> PartitionData:
-    """Read ``part_<k>.zarr`` fully into memory (refusing missing or damaged chunks)."""
+#: the arrays every epoch sweeps (gathered rows and the CSR walked per aggregation)
+HUGE_PAGE_ARRAYS = ("feat", "indptr", "indices", "t_indptr", "t_indices")
+
+
+def load_partition(partition_dir: str | os.PathLike, k: int,
+                   huge_pages: bool = False) -> PartitionData:
+    """Read ``part_<k>.zarr`` fully into memory (refusing missing or damaged chunks); with
+    ``huge_pages``, the arrays of :data:`HUGE_PAGE_ARRAYS` into 2 MB-page buffers."""
     path = part_path(partition_dir, k)
     if not path.exists():
         raise DistgnnError(f"{path}: missing part (partition folder incomplete)")
     group = open_checked(path, PART_ARRAYS)
     check_layout(path, dict(group.attrs))
-    arrays = {name: read_chunked(group[name], f"{path}/{name}") for name in PART_ARRAYS}
+    from distgnn.memory import huge_page_array
+
+    arrays = {name: read_chunked(group[name], f"{path}/{name}",
+                                 huge_page_array if huge_pages and name in HUGE_PAGE_ARRAYS
+                                 else np.empty) for name in PART_ARRAYS}
     attrs = dict(group.attrs)
     t = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in arrays.items()}
     num_parts = int(attrs.get("P", attrs.get("num_parts", 0)))

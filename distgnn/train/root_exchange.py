@@ -47,7 +47,7 @@ import torch
 from distgnn import ops
 from distgnn.comm import Communicator, RowPlan
 from distgnn.train.exchange import (_LocalSum, complete_pending, delivered, received,
-                                    scale_aggregate)
+                                    scale_aggregate, transposed_sum)
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
 
@@ -209,8 +209,7 @@ class _TableSum(torch.autograd.Function):
         agg, state, e, r = ctx.agg, ctx.state, ctx.step, ctx.agg.delay
         part = agg.part
         with agg.timers("aggregate"):
-            grad_src = ops.aggregate(part.t_indptr, part.t_indices, grad_p.contiguous(),
-                                     norm="sum", threads=agg.threads)
+            grad_src = transposed_sum(part, grad_p, state.table.dtype, agg.threads)
         grad_h = grad_src[:agg.n_roots]
         if agg.delayed_gradients:
             bins = agg.bins[e % r]
@@ -244,6 +243,8 @@ class RootAggregation:
         if norm not in ("mean", "gcn"):
             raise ValueError(f"norm must be mean or gcn, got {norm}")
         self.part, self.norm, self.comm, self.eval_comm = part, norm, comm, eval_comm
+        #: the stored features as the kernel gathers them (a bfloat16 copy under --precision bf16)
+        self.feat_rows = part.feat
         self.timers, self.threads, self.delay = timers, threads, delay
         self.delayed_gradients = delayed_gradients and delay > 0 and comm.size > 1
         self.stored_input_layers = frozenset(stored_input_layers)
@@ -273,7 +274,7 @@ class RootAggregation:
             return self._delayed(layer, h)
         comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
         if layer in self.stored_input_layers:
-            src = self.part.feat
+            src = self.feat_rows
         else:
             src = _Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers, kind)
         p = _LocalSum.apply(src, self.part, self.timers, self.threads)
@@ -297,7 +298,7 @@ class RootAggregation:
         if state.remote is None:
             state.remote = h.new_zeros((n_roots, h.shape[1]), dtype=torch.float32)
             if not stored:
-                state.table = h.new_zeros((self.part.num_local, h.shape[1]), dtype=torch.float32)
+                state.table = h.new_zeros((self.part.num_local, h.shape[1]))  # h's row dtype
         e = state.step
         bins = self.bins[e % r]
         if comm.size > 1 and e >= r:
@@ -310,7 +311,7 @@ class RootAggregation:
                     rows = state.pending_bcast.pop(e - r).wait()
                     state.table[bins.bcast_leaf.ids] = rows
         if stored:
-            p = _LocalSum.apply(self.part.feat, self.part, self.timers, self.threads)
+            p = _LocalSum.apply(self.feat_rows, self.part, self.timers, self.threads)
         else:
             p = _TableSum.apply(h, self, state, e)
         if comm.size > 1:

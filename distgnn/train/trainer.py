@@ -25,8 +25,9 @@ import torch
 from distgnn import ops
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
+from distgnn.memory import huge_page_bytes, thp_mode
 from distgnn.models import GraphSAGE
-from distgnn.precision import dense_autocast, in_float32
+from distgnn.precision import dense_autocast, in_dtype, in_float32
 from distgnn.progress import is_quiet
 from distgnn.train import checkpoint as ckpt
 from distgnn.models import linear_first
@@ -72,7 +73,8 @@ class Trainer:
                                f"ranks were started (run mpiexec -n {num_parts} or srun -n {num_parts})")
         if config.memory_check:
             self._check_memory()
-        self.part: PartitionData = load_partition(self.partition_dir, self.comm.rank)
+        self.part: PartitionData = load_partition(self.partition_dir, self.comm.rank,
+                                                  huge_pages=config.huge_pages)
         self._check_consistency()
         attrs = self.part.attrs
         self.apply = resolve_apply(config.apply, self.algorithm)
@@ -108,6 +110,10 @@ class Trainer:
             self.aggregation = DistributedAggregation(self.part, self.algorithm, config.aggregator,
                                                       self.comm, self.eval_comm, self.timers,
                                                       config.threads, frozenset(constant))
+        if config.precision == "bf16":  # rows gathered and exchanged in bfloat16 (distgnn/precision.py)
+            self.comm.payload_dtype = torch.bfloat16
+            if isinstance(self.aggregation, RootAggregation) and self.aggregation.stored_input_layers:
+                self.aggregation.feat_rows = self.part.feat.to(torch.bfloat16)
         self.optimizer = Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         train_mask = self.part.masks["train_mask"][:self.rows]  # true only at roots
         self.global_train_count = int(self.comm.sum(int(train_mask.sum())))
@@ -191,7 +197,8 @@ class Trainer:
 
     def _forward(self, dropout) -> torch.Tensor:
         """Logits [rows, classes] in float32 (rows: the roots under apply-at-root, else all local) (dense work in bf16 under --precision bf16)."""
-        aggregate = in_float32(self.aggregation) if self.config.precision != "fp32" else self.aggregation
+        aggregate = (in_dtype(self.aggregation, torch.bfloat16) if self.config.precision == "bf16"
+                     else self.aggregation)
         if dropout is not None and self.config.precision != "fp32":
             dropout = in_float32(dropout)
         cached = self.input_aggregate
@@ -378,10 +385,13 @@ class Trainer:
                 metrics_file.close()
         self.aggregation.finish()
         peaks = self.comm.gather(_peak_rss_bytes())
+        huge = self.comm.gather(huge_page_bytes())  # while the part and its caches are alive
         if self.comm.rank != 0:
             return None
         summary = self._summary(records)
         summary["peak_rss_bytes_by_rank"] = peaks
+        summary["huge_pages"] = {"requested": self.config.huge_pages, "thp_mode": thp_mode(),
+                                 "bytes_by_rank": huge}
         ckpt.atomic_torch_save({"model": self.model.state_dict(), "config": asdict(self.config),
                                 "in_dim": int(self.part.feat.shape[1]),
                                 "num_classes": self.num_classes}, self.run_dir / "model.pt")

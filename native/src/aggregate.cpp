@@ -28,10 +28,12 @@ namespace {
 
 namespace agg = distgnn::aggregate;
 
-template <typename T, typename I>
-void spmm(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const T> x, Mat<T> y,
-          std::optional<Vec<const T>> scale, std::optional<Mat<const T>> self, int threads,
-          int64_t chunk_edges, int block, int prefetch, int tiles, bool sorted) {
+// y = scale * (A x + self) with shape checks. XB: the element type the array arrives as (T, or
+// int16 for bfloat16 rows, which numpy and DLPack-from-numpy lack); X: the kernel's row type.
+template <typename T, typename XB, typename X, typename I>
+void spmm_rows(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const XB> x, Mat<T> y,
+               std::optional<Vec<const T>> scale, std::optional<Mat<const XB>> self, int threads,
+               int64_t chunk_edges, int block, int prefetch, int tiles, bool sorted) {
   if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must have at least one entry");
   const int64_t n_rows = static_cast<int64_t>(indptr.shape(0)) - 1;
   const int64_t F = static_cast<int64_t>(x.shape(1));
@@ -52,10 +54,28 @@ void spmm(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const T> x, Mat<T
   if (static_cast<const void*>(x.data()) == static_cast<const void*>(y.data()) && n_rows > 0)
     throw std::invalid_argument("y must not alias x");
   const T* s = scale ? scale->data() : nullptr;
-  const T* sf = self ? self->data() : nullptr;
+  const X* sf = self ? reinterpret_cast<const X*>(self->data()) : nullptr;
   agg::Options opt{chunk_edges, block, prefetch, tiles, sorted};
   nb::gil_scoped_release release;
-  agg::spmm(ip, indices.data(), n_rows, x.data(), static_cast<int64_t>(x.shape(0)), F, s, sf, n_self, y.data(), threads, opt);
+  agg::spmm<T, I, X>(ip, indices.data(), n_rows, reinterpret_cast<const X*>(x.data()),
+                     static_cast<int64_t>(x.shape(0)), F, s, sf, n_self, y.data(), threads, opt);
+}
+
+template <typename T, typename I>
+void spmm(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const T> x, Mat<T> y,
+          std::optional<Vec<const T>> scale, std::optional<Mat<const T>> self, int threads,
+          int64_t chunk_edges, int block, int prefetch, int tiles, bool sorted) {
+  spmm_rows<T, T, T, I>(indptr, indices, x, y, scale, self, threads, chunk_edges, block, prefetch,
+                        tiles, sorted);
+}
+
+// bfloat16 rows (x and self given as their int16 bit patterns), float32 scale and result.
+template <typename I>
+void spmm_bf16(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const int16_t> x, Mat<float> y,
+               std::optional<Vec<const float>> scale, std::optional<Mat<const int16_t>> self,
+               int threads, int64_t chunk_edges, int block, int prefetch, bool sorted) {
+  spmm_rows<float, int16_t, agg::detail::bf16, I>(indptr, indices, x, y, scale, self, threads,
+                                                  chunk_edges, block, prefetch, 0, sorted);
 }
 
 template <typename I>
@@ -148,11 +168,23 @@ std::string isa_name() {
 #ifdef DISTGNN_NATIVE_ARCH
   return "native";
 #else
-  switch (agg::detail::detect_isa()) {
-    case agg::detail::Isa::avx512: return "avx512";
-    case agg::detail::Isa::avx2: return "avx2";
-    default: return "base";
-  }
+  return agg::detail::isa_name(agg::detail::detect_isa());
+#endif
+}
+
+std::string host_isa_name() {
+#ifdef DISTGNN_NATIVE_ARCH
+  return "native";
+#else
+  return agg::detail::isa_name(agg::detail::host_isa());
+#endif
+}
+
+bool set_isa(const std::string& name) {
+#ifdef DISTGNN_NATIVE_ARCH
+  return name == "host" || name == "native";
+#else
+  return agg::detail::set_isa(name);
 #endif
 }
 
@@ -163,9 +195,26 @@ void register_aggregate(nb::module_& m) {
   def_typed<float, int64_t>(m);
   def_typed<double, int32_t>(m);
   def_typed<double, int64_t>(m);
+  m.def("aggregate_spmm_bf16", &spmm_bf16<int32_t>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
+        "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
+        "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,
+        "prefetch"_a = -1, "sorted"_a = false,
+        "aggregate_spmm_bf16(indptr, indices, x, y, scale=None, self=None, ...): aggregate_spmm "
+        "over bfloat16 rows, x and self given as int16 bit patterns (torch: t.view(torch.int16)), "
+        "summed in float32 into float32 y with float32 scale.");
+  m.def("aggregate_spmm_bf16", &spmm_bf16<int64_t>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
+        "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
+        "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,
+        "prefetch"_a = -1, "sorted"_a = false);
   m.def("aggregate_index_bound", &index_bound<int32_t>, "indices"_a.noconvert(), "threads"_a = 0,
         "max(indices) + 1 (0 when empty), or -1 when an index is negative.");
   m.def("aggregate_index_bound", &index_bound<int64_t>, "indices"_a.noconvert(), "threads"_a = 0);
   m.def("aggregate_isa", &isa_name,
         "Instruction set the aggregation kernels run with: avx512, avx2, base or native.");
+  m.def("aggregate_host_isa", &host_isa_name,
+        "The widest instruction set this host runs the kernels with (avx512, avx2, base; native "
+        "for a DISTGNN_NATIVE_ARCH build).");
+  m.def("aggregate_set_isa", &set_isa, "name"_a,
+        "aggregate_set_isa(name) -> bool: run the kernels with base, avx2 or avx512 (at most the "
+        "host's), or 'host' again; False (nothing changed) for an unknown or unsupported name.");
 }

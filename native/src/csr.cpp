@@ -36,6 +36,19 @@ void sort_rows(Vec<const int64_t> indptr, Vec<Out> indices, int threads) {
                           threads);
 }
 
+template <typename Index>
+void first_touch(Vec<const int64_t> indptr, Vec<const Index> indices, Vec<int64_t> first) {
+  const int64_t n = static_cast<int64_t>(indptr.shape(0)) - 1;
+  if (static_cast<int64_t>(first.shape(0)) != n) throw std::invalid_argument("first must have n entries");
+  const int64_t m = indptr.data()[n];
+  if (m > static_cast<int64_t>(indices.shape(0))) throw std::invalid_argument("indptr ends past indices");
+  for (int64_t e = 0; e < m; ++e)
+    if (indices.data()[e] < 0 || indices.data()[e] >= n)
+      throw std::invalid_argument("indices must lie in [0, n)");
+  nb::gil_scoped_release release;
+  distgnn::csr::first_touch(indptr.data(), indices.data(), n, first.data());
+}
+
 template <typename Out>
 void transpose(Vec<const int64_t> indptr, Vec<const Out> indices, int64_t n_cols,
                Vec<int64_t> t_indptr, Vec<Out> t_indices) {
@@ -69,4 +82,8 @@ void register_csr(nb::module_& m) {
   m.def("csr_transpose", &transpose<int32_t>,
         "transpose(indptr, indices, n_cols, t_indptr, t_indices): fill the transposed CSR.");
   m.def("csr_transpose", &transpose<int64_t>);
+  m.def("csr_first_touch", &first_touch<int32_t>,
+        "first_touch(indptr, indices, first): first[v] = position of v's first appearance in a "
+        "row-major pass over the square CSR (row v's sources, then v).");
+  m.def("csr_first_touch", &first_touch<int64_t>);
 }

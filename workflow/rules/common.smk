@@ -2,6 +2,7 @@
 from distgnn.data.graph_store import store_name
 from distgnn.report.make import REPORT_FILES  # the files every report writes
 from distgnn.partition.layout import LAYOUT_VERSION
+from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER
 from distgnn.errors import DistgnnError
 from distgnn.train.algorithms import parse_algorithm, resolve_apply, run_name
 from snakemake.exceptions import WorkflowError
@@ -56,6 +57,8 @@ def train_options(algo):
         options.append(f"--hang-timeout {t['hang_timeout_s']}")
     if not t.get("input_cache", True):
         options.append("--no-input-cache")
+    if not t.get("huge_pages", True):
+        options.append("--no-huge-pages")
     if t.get("apply", "auto") != "auto":
         options.append(f"--apply {t['apply']}")
     algorithm = parse_algorithm(algo)

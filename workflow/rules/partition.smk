@@ -34,9 +34,11 @@ rule build:
         partdir=part_dir,
         # the part layout this distgnn writes: a part built by an older one is rebuilt (params trigger)
         layout=LAYOUT_VERSION,
+        order=config["partition"].get("order", DEFAULT_VERTEX_ORDER),
     threads: 1
     resources:
         runtime=60,
     shell:
-        "distgnn partition build {params.partdir} --part {wildcards.k} --threads {threads}"
+        "distgnn partition build {params.partdir} --part {wildcards.k} --order {params.order}"
+        " --threads {threads}"
         " > {log} 2>&1"

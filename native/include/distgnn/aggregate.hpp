@@ -24,9 +24,12 @@
 //   partial-sum and index traffic cost as much as the cache hits saved (bench/kernels.py row).
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "distgnn/common.hpp"
@@ -78,11 +81,35 @@ inline std::vector<Chunk> plan_chunks(const int64_t* indptr, int64_t n_rows, int
 
 namespace detail {
 
+// bfloat16 rows are stored as their 16 raw bits (the upper half of a float32).
+struct bf16 {
+  uint16_t bits;
+};
+
+// A stored row element as the accumulator type: itself, or a bfloat16 widened exactly (its bits
+// shifted into the upper half of a float32; vectorises to a zero-extend and a shift).
+template <typename T, typename X>
+__attribute__((always_inline)) inline T widen(X v) {
+  if constexpr (std::is_same_v<X, bf16>) {
+    const uint32_t bits = static_cast<uint32_t>(v.bits) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return static_cast<T>(f);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
+// Prefetches every cache line the row piece [p, p + width) touches: from the line holding its first
+// byte to the line holding its last (a piece that does not start on a line boundary spans one line
+// more than its width in lines; F = 41 float32 rows start anywhere).
 template <typename T>
 inline void prefetch_row(const T* p, int width) {
 #if defined(__GNUC__)
-  const char* c = reinterpret_cast<const char*>(p);
-  for (int b = 0; b < width * static_cast<int>(sizeof(T)); b += 64) __builtin_prefetch(c + b, 0, 3);
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t last = (start + static_cast<uintptr_t>(width) * sizeof(T) - 1) & ~uintptr_t(63);
+  for (uintptr_t line = start & ~uintptr_t(63); line <= last; line += 64)
+    __builtin_prefetch(reinterpret_cast<const char*>(line), 0, 3);
 #else
   (void)p;
   (void)width;
@@ -95,9 +122,9 @@ inline void prefetch_row(const T* p, int width) {
 // the registers and the prefetch too (a plain loop to w ran 4.3x slower than DGL at F = 41).
 // Prefetches the row `prefetch` edges ahead, up to pf_end (the chunk's end: across row ends, so
 // short rows still get their sources in flight early).
-template <int W, bool Masked, typename T, typename I>
+template <int W, bool Masked, typename T, typename X, typename I>
 __attribute__((always_inline)) inline void gather_block(const I* __restrict indices, int64_t e0,
-                                                        int64_t e1, const T* __restrict x,
+                                                        int64_t e1, const X* __restrict x,
                                                         int64_t F, int64_t c0, int w, int prefetch,
                                                         int64_t pf_end, T* __restrict acc) {
   const int width = Masked ? w : W;
@@ -114,35 +141,35 @@ __attribute__((always_inline)) inline void gather_block(const I* __restrict indi
         prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, width);
         prefetch_row(x + static_cast<int64_t>(indices[e + prefetch + 1]) * F + c0, width);
       }
-      const T* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
-      const T* __restrict q = x + static_cast<int64_t>(indices[e + 1]) * F + c0;
+      const X* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
+      const X* __restrict q = x + static_cast<int64_t>(indices[e + 1]) * F + c0;
 #pragma omp simd
-      for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? p[j] : T(0);
+      for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? widen<T>(p[j]) : T(0);
 #pragma omp simd
-      for (int j = 0; j < W; ++j) b[j] += (!Masked || j < w) ? q[j] : T(0);
+      for (int j = 0; j < W; ++j) b[j] += (!Masked || j < w) ? widen<T>(q[j]) : T(0);
     }
     for (int j = 0; j < W; ++j) a[j] += b[j];
   }
   for (; e < e1; ++e) {
     if (prefetch > 0 && e + prefetch < pf_end)
       prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, width);
-    const T* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
+    const X* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
 #pragma omp simd
-    for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? p[j] : T(0);
+    for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? widen<T>(p[j]) : T(0);
   }
   for (int j = 0; j < W; ++j) acc[j] = a[j];
 }
 
 // gather_block with the block's width known at compile time (w == W) or not.
-template <int W, typename T, typename I>
+template <int W, typename T, typename X, typename I>
 __attribute__((always_inline)) inline void gather(const I* __restrict indices, int64_t e0,
-                                                  int64_t e1, const T* __restrict x, int64_t F,
+                                                  int64_t e1, const X* __restrict x, int64_t F,
                                                   int64_t c0, int w, int prefetch, int64_t pf_end,
                                                   T* __restrict acc) {
   if (w == W)
-    gather_block<W, false>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, acc);
+    gather_block<W, false, T>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, acc);
   else
-    gather_block<W, true>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, acc);
+    gather_block<W, true, T>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, acc);
 }
 
 struct Args {
@@ -163,12 +190,12 @@ struct Args {
 // Processes one chunk. Whole-row chunks write rows of y; hub pieces write their partial sum
 // (unscaled, without the self term) to scratch + piece * F. Untiled: all column blocks, finished
 // rows. Tiled: one column block, the sources of one tile, partial sums kept in y between tiles.
-template <int W, typename T, typename I>
+template <int W, typename T, typename X, typename I>
 __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const Args& a,
                                                           const I* __restrict indices,
-                                                          const T* __restrict x,
+                                                          const X* __restrict x,
                                                           const T* __restrict scale,
-                                                          const T* __restrict self,
+                                                          const X* __restrict self,
                                                           T* __restrict y, T* __restrict scratch) {
   const int64_t F = a.F;
   alignas(64) T acc[W];
@@ -185,7 +212,7 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
       }
       if (a.first) std::fill(acc, acc + W, T(0));
       else std::memcpy(acc, part, sizeof(T) * w);
-      gather<W>(indices, e0, e1, x, F, c0, w, a.prefetch, e1, acc);
+      gather<W, T>(indices, e0, e1, x, F, c0, w, a.prefetch, e1, acc);
       std::memcpy(part, acc, sizeof(T) * w);
       continue;
     }
@@ -202,12 +229,12 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
         if (e0 == e1 && !a.last) continue;
         for (int j = 0; j < w; ++j) acc[j] = out[j];
       } else if (self != nullptr && v < a.n_self) {
-        const T* __restrict s = self + v * F + c0;
-        for (int j = 0; j < w; ++j) acc[j] = s[j];
+        const X* __restrict s = self + v * F + c0;
+        for (int j = 0; j < w; ++j) acc[j] = widen<T>(s[j]);
       } else {
         std::fill(acc, acc + W, T(0));
       }
-      gather<W>(indices, e0, e1, x, F, c0, w, a.prefetch, pf_end, acc);
+      gather<W, T>(indices, e0, e1, x, F, c0, w, a.prefetch, pf_end, acc);
       if (scale != nullptr && a.last) {
         const T sv = scale[v];
 #pragma omp simd
@@ -228,7 +255,18 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
 
 enum class Isa { base, avx2, avx512 };
 
-inline Isa detect_isa() {
+inline const char* isa_name(Isa isa) {
+  return isa == Isa::avx512 ? "avx512" : isa == Isa::avx2 ? "avx2" : "base";
+}
+
+// The kernels' instruction set when set below the host's (tests run every path on one machine;
+// distgnn.ops.set_isa and the DISTGNN_ISA environment variable); -1: the host's own.
+inline std::atomic<int>& isa_override() {
+  static std::atomic<int> value{-1};
+  return value;
+}
+
+inline Isa host_isa() {
 #ifdef DISTGNN_DISPATCH
   static const Isa isa = [] {
     __builtin_cpu_init();
@@ -244,49 +282,71 @@ inline Isa detect_isa() {
 #endif
 }
 
-template <int W, typename T, typename I>
-void run_chunk_base(const Chunk& c, const Args& a, const I* indices, const T* x, const T* scale,
-                    const T* self, T* y, T* scratch) {
-  run_chunk_body<W>(c, a, indices, x, scale, self, y, scratch);
+inline Isa detect_isa() {
+  const int forced = isa_override().load(std::memory_order_relaxed);
+  return forced >= 0 ? static_cast<Isa>(forced) : host_isa();
+}
+
+// Sets the kernels' instruction set to `name` (base, avx2, avx512, or "host" for the host's own);
+// returns false, changing nothing, when the name is unknown or above what the host supports.
+inline bool set_isa(const std::string& name) {
+  if (name == "host") {
+    isa_override().store(-1);
+    return true;
+  }
+  for (Isa isa : {Isa::base, Isa::avx2, Isa::avx512}) {
+    if (name == isa_name(isa)) {
+      if (static_cast<int>(isa) > static_cast<int>(host_isa())) return false;
+      isa_override().store(static_cast<int>(isa));
+      return true;
+    }
+  }
+  return false;
+}
+
+template <int W, typename T, typename X, typename I>
+void run_chunk_base(const Chunk& c, const Args& a, const I* indices, const X* x, const T* scale,
+                    const X* self, T* y, T* scratch) {
+  run_chunk_body<W, T>(c, a, indices, x, scale, self, y, scratch);
 }
 #ifdef DISTGNN_DISPATCH
-template <int W, typename T, typename I>
+template <int W, typename T, typename X, typename I>
 DISTGNN_TARGET_AVX2 void run_chunk_avx2(const Chunk& c, const Args& a, const I* indices,
-                                        const T* x, const T* scale, const T* self, T* y,
+                                        const X* x, const T* scale, const X* self, T* y,
                                         T* scratch) {
-  run_chunk_body<W>(c, a, indices, x, scale, self, y, scratch);
+  run_chunk_body<W, T>(c, a, indices, x, scale, self, y, scratch);
 }
-template <int W, typename T, typename I>
+template <int W, typename T, typename X, typename I>
 DISTGNN_TARGET_AVX512 void run_chunk_avx512(const Chunk& c, const Args& a, const I* indices,
-                                            const T* x, const T* scale, const T* self, T* y,
+                                            const X* x, const T* scale, const X* self, T* y,
                                             T* scratch) {
-  run_chunk_body<W>(c, a, indices, x, scale, self, y, scratch);
+  run_chunk_body<W, T>(c, a, indices, x, scale, self, y, scratch);
 }
 #endif
 
-template <typename T, typename I>
-using ChunkFn = void (*)(const Chunk&, const Args&, const I*, const T*, const T*, const T*, T*, T*);
+template <typename T, typename X, typename I>
+using ChunkFn = void (*)(const Chunk&, const Args&, const I*, const X*, const T*, const X*, T*, T*);
 
-template <int W, typename T, typename I>
-ChunkFn<T, I> pick_isa(Isa isa) {
+template <int W, typename T, typename X, typename I>
+ChunkFn<T, X, I> pick_isa(Isa isa) {
 #ifdef DISTGNN_DISPATCH
-  if (isa == Isa::avx512) return &run_chunk_avx512<W, T, I>;
-  if (isa == Isa::avx2) return &run_chunk_avx2<W, T, I>;
+  if (isa == Isa::avx512) return &run_chunk_avx512<W, T, X, I>;
+  if (isa == Isa::avx2) return &run_chunk_avx2<W, T, X, I>;
 #endif
   (void)isa;
-  return &run_chunk_base<W, T, I>;
+  return &run_chunk_base<W, T, X, I>;
 }
 
-template <typename T, typename I>
-ChunkFn<T, I> pick(int block, Isa isa) {
+template <typename T, typename X, typename I>
+ChunkFn<T, X, I> pick(int block, Isa isa) {
   switch (block) {
-    case 8: return pick_isa<8, T, I>(isa);
-    case 16: return pick_isa<16, T, I>(isa);
-    case 32: return pick_isa<32, T, I>(isa);
-    case 48: return pick_isa<48, T, I>(isa);
-    case 64: return pick_isa<64, T, I>(isa);
-    case 128: return pick_isa<128, T, I>(isa);
-    default: return pick_isa<256, T, I>(isa);
+    case 8: return pick_isa<8, T, X, I>(isa);
+    case 16: return pick_isa<16, T, X, I>(isa);
+    case 32: return pick_isa<32, T, X, I>(isa);
+    case 48: return pick_isa<48, T, X, I>(isa);
+    case 64: return pick_isa<64, T, X, I>(isa);
+    case 128: return pick_isa<128, T, X, I>(isa);
+    default: return pick_isa<256, T, X, I>(isa);
   }
 }
 
@@ -312,10 +372,11 @@ inline int default_block(int64_t F, detail::Isa isa = detail::detect_isa()) {
 
 // y[v] = scale[v] * (sum_{e in row v} x[indices[e]] + (v < n_self ? self[v] : 0)), v < n_rows.
 // x: [n_src, F] row-major, y: [n_rows, F]; scale and self may be null. Index values must lie in
-// [0, n_src) (the caller checks).
-template <typename T, typename I>
-void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const T* x, int64_t n_src,
-          int64_t F, const T* scale, const T* self, int64_t n_self, T* y, int threads, Options opt = {}) {
+// [0, n_src) (the caller checks). X, the stored type of x and self, is T or detail::bf16
+// (bfloat16 rows: half the gathered bytes, accumulated in T).
+template <typename T, typename I, typename X = T>
+void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const X* x, int64_t n_src,
+          int64_t F, const T* scale, const X* self, int64_t n_self, T* y, int threads, Options opt = {}) {
   if (n_rows <= 0) return;
   threads = resolve_threads(threads);
   if (F <= 0) return;
@@ -330,7 +391,7 @@ void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const T* x, i
   const std::vector<Chunk> chunks = plan_chunks(indptr, n_rows, target, &n_pieces);
   std::vector<T> scratch(static_cast<size_t>(n_pieces * F));
   const int block = opt.block > 0 ? opt.block : default_block<T>(F);
-  const detail::ChunkFn<T, I> fn = detail::pick<T, I>(block, detail::detect_isa());
+  const detail::ChunkFn<T, X, I> fn = detail::pick<T, X, I>(block, detail::detect_isa());
   detail::Args args{indptr, F, self != nullptr ? n_self : 0, opt.prefetch < 0 ? 8 : opt.prefetch};
   const int64_t n_chunks = static_cast<int64_t>(chunks.size());
   const int tiles = opt.sorted && opt.tiles > 1 ? opt.tiles : 1;
@@ -382,7 +443,7 @@ void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const T* x, i
     T* out = y + r * F;
     const T* p0 = scratch.data() + chunks[k0].piece * F;
     if (self != nullptr && r < n_self) {
-      for (int64_t j = 0; j < F; ++j) out[j] = p0[j] + self[r * F + j];
+      for (int64_t j = 0; j < F; ++j) out[j] = p0[j] + detail::widen<T>(self[r * F + j]);
     } else {
       std::memcpy(out, p0, sizeof(T) * F);
     }

@@ -62,4 +62,20 @@ void transpose(const int64_t* indptr, const Out* indices, int64_t n_rows, int64_
       t_indices[cursor[static_cast<int64_t>(indices[e])]++] = static_cast<Out>(r);
 }
 
+// Position of each vertex's first appearance in a row-major pass over a square CSR (row v's
+// sources in order, then v itself): first[v] in [0, m + n). One pass, O(m + n).
+template <typename Index>
+void first_touch(const int64_t* indptr, const Index* indices, int64_t n, int64_t* first) {
+  std::fill(first, first + n, int64_t(-1));
+  int64_t position = 0;
+  for (int64_t v = 0; v < n; ++v) {
+    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e, ++position) {
+      const int64_t u = static_cast<int64_t>(indices[e]);
+      if (first[u] < 0) first[u] = position;
+    }
+    if (first[v] < 0) first[v] = position;
+    ++position;
+  }
+}
+
 }  // namespace distgnn::csr
