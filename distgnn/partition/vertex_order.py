@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 VERTEX_ORDERS = ("none", "degree", "dbg", "rcm", "first-touch")
-#: chosen by bench/partition.py --orders (bench/README.md, "Vertex order")
+#: chosen by `python -m bench.orders` (bench/README.md, "Vertex order and 2 MB pages")
 DEFAULT_VERTEX_ORDER = "dbg"
 
 
