@@ -391,10 +391,10 @@ def test_bf16_rows_halve_the_exchange_and_stay_close(partitions, tmp_path: Path)
     root; the losses stay within bfloat16 rounding of float32's and of bf16 at P = 1."""
     runs = {}
     for algo in ("cd-0", "cd-3"):
-        for precision, parts in (("fp32", 3), ("bf16", 3), ("bf16", 1)):
+        for precision, parts in (("fp32", 3), ("bf16", 3), ("bf16", 1))[:3 if algo == "cd-0" else 2]:
             run = tmp_path / f"{algo}-{precision}-{parts}"
-            train(partitions[parts], parts, run, "--algo", algo, "--epochs", "10",
-                  "--eval-every", "5", "--precision", precision)
+            train(partitions[parts], parts, run, "--algo", algo, "--epochs", "8",
+                  "--eval-every", "4", "--precision", precision)
             runs[algo, precision, parts] = run
         fp32, bf16 = records(runs[algo, "fp32", 3]), records(runs[algo, "bf16", 3])
         for a, b in zip(fp32, bf16):
