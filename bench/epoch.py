@@ -4,7 +4,14 @@
                           [--aggregator mean] [--epochs 3] [--rounds 2]
 
 Each library runs in its own process (so peak RSS is its own), with the same graph, features,
-labels, threads and hyperparameters. "ours" is what ``distgnn train`` runs by default: layer 0's
+labels, threads and hyperparameters. The "distgnn train" lines are the command itself: the graph
+written as an npy folder, ``distgnn fetch npy``, ``distgnn partition --parts 1`` (default vertex
+order) and ``distgnn train`` on the part (input cache, 2 MB pages, float32 by default; the lines
+say what differs), epoch times and their split read from its metrics.jsonl. "DGL 1.1.3" runs as a
+user runs it (the given order, default allocator); "DGL 1.1.3, 2 MB pages" with torch's
+``THP_MEM_ALLOC_ENABLE=1``. The lines without "distgnn train" drive our kernel from a plain
+training loop on the given order (no partition, 4 KB pages): "ours" is what ``distgnn train``
+runs by default: layer 0's
 neighbour aggregate of the (constant) input features is computed once before the first epoch (its
 one-off time is its own column) and layer 0 applies fc_neigh to it, so no epoch aggregates at layer
 0; "ours, no input cache" (``--no-input-cache``) aggregates every layer every epoch as DGL and PyG
@@ -20,10 +27,12 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any, Callable, Dict
 
 import numpy as np
@@ -32,7 +41,15 @@ import torch.nn.functional as F
 
 from bench.common import machine_line, markdown_table
 
-LIBS = ("ours", "ours, no input cache", "DGL 1.1.3", "PyG", "ours, bf16 dense")
+TRAIN_LIBS = {  # line -> extra `distgnn train` options
+    "ours, distgnn train": [],
+    "ours, distgnn train, no input cache": ["--no-input-cache"],
+    "ours, distgnn train, 4 KB pages": ["--no-huge-pages"],
+    "ours, distgnn train, bf16": ["--precision", "bf16"],
+}
+#: DGL with 2 MB pages for torch's tensors (the like-for-like line of 'distgnn train')
+DGL_HUGE = "DGL 1.1.3, 2 MB pages"
+LIBS = (*TRAIN_LIBS, "DGL 1.1.3", DGL_HUGE, "PyG", "ours", "ours, no input cache", "ours, bf16 dense")
 
 
 class Clock:
@@ -168,12 +185,87 @@ def build_pyg(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namesp
 
 
 BUILDERS = {"ours": build_ours, "ours, no input cache": build_ours_every_epoch,
-            "DGL 1.1.3": build_dgl, "PyG": build_pyg,
+            "DGL 1.1.3": build_dgl, DGL_HUGE: build_dgl, "PyG": build_pyg,
             "ours, bf16 dense": build_ours_bf16}
+
+
+def dense_flops(n: int, dims: list[int], aggregator: str) -> float:
+    """Floating-point operations of one epoch's linear layers: per layer 2 n in out per matrix
+    (mean: fc_self and fc_neigh; gcn: fc_neigh) forward, twice that backward (input and weight
+    gradients), layer 0 once (its input needs no gradient)."""
+    mats = 2 if aggregator == "mean" else 1
+    total = 0.0
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        total += mats * 2.0 * n * a * b * (2 if i == 0 else 3)
+    return total
+
+
+def matmul_rate(n: int, k: int, m: int, dtype: torch.dtype, threads: int, repeats: int = 3) -> float:
+    """GFLOP/s of a plain [n, k] x [k, m] torch matmul in ``dtype`` (best of ``repeats``): the
+    rate that bounds the dense work."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, k).to(dtype), torch.randn(k, m).to(dtype)
+    best = float("inf")
+    for _ in range(repeats + 1):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2.0 * n * k * m / best / 1e9
+
+
+def prepare_part(data: str, workdir: Path, threads: int) -> Path:
+    """The graph of ``data`` through the CLI as a user would: an npy folder (edges, features,
+    labels, the same train mask), ``distgnn fetch npy`` and ``distgnn partition --parts 1``;
+    returns the partition folder."""
+    arrays = np.load(data)
+    indptr, indices = arrays["indptr"], arrays["indices"]
+    n = len(indptr) - 1
+    npy = workdir / "npy"
+    npy.mkdir(parents=True)
+    np.save(npy / "src.npy", indices.astype(np.int64))
+    np.save(npy / "dst.npy", np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr)))
+    np.save(npy / "feat.npy", arrays["feat"])
+    np.save(npy / "label.npy", arrays["label"])
+    train = arrays["train"]
+    np.save(npy / "train_mask.npy", train)
+    np.save(npy / "val_mask.npy", ~train)  # evaluation is off in the timed runs
+    np.save(npy / "test_mask.npy", np.zeros(n, dtype=bool))
+    cli = [sys.executable, "-m", "distgnn"]
+    subprocess.run([*cli, "fetch", "npy", "--source", str(npy), "--root", str(workdir), "--name",
+                    "graph", "--threads", str(threads), "--quiet"], check=True)
+    shutil.rmtree(npy)
+    subprocess.run([*cli, "partition", str(workdir / "graph" / "graph.zarr"), "--parts", "1",
+                    "--out", str(workdir / "parts"), "--quiet"], check=True)
+    return workdir / "parts"
+
+
+def run_train(lib: str, partdir: str, args: argparse.Namespace) -> Dict[str, float]:
+    """``distgnn train`` in this process (so peak RSS is its own): warm-up plus ``args.epochs``
+    epochs; the fastest epoch with its split from metrics.jsonl."""
+    from distgnn.cli import main as cli_main
+
+    with tempfile.TemporaryDirectory() as out:
+        status = cli_main(["train", partdir, "--out", out, "--epochs", str(args.epochs + 1),
+                           "--threads", str(args.threads), "--hidden", str(args.hidden),
+                           "--layers", "3", "--aggregator", args.aggregator, "--dropout", "0.5",
+                           "--lr", "0.01", "--weight-decay", "0", "--eval-every", "0",
+                           "--checkpoint-every", "0", "--skip-memory-check", "--quiet",
+                           *TRAIN_LIBS[lib]])
+        if status:
+            raise SystemExit(f"distgnn train exited with {status}")
+        records = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines()]
+        summary = json.loads(Path(out, "summary.json").read_text())
+    r = min(records[1:], key=lambda rec: rec["epoch_time_s"])
+    return {"epoch_s": r["epoch_time_s"], "aggregate_s": r["time_aggregate_s"],
+            "dense_s": r["epoch_time_s"] - r["time_aggregate_s"], "loss": r["loss"],
+            "one_off_s": summary.get("input_cache_time_s", 0.0),
+            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20}
 
 
 def run_one(lib: str, data: str, args: argparse.Namespace) -> Dict[str, float]:
     """Warm-up plus ``args.epochs`` epochs of ``lib``; the fastest epoch and this process's peak RSS."""
+    if lib in TRAIN_LIBS:
+        return run_train(lib, data, args)
     torch.set_num_threads(args.threads)
     arrays = np.load(data)
     indptr, indices = torch.from_numpy(arrays["indptr"]), torch.from_numpy(arrays["indices"])
@@ -211,7 +303,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--libs", nargs="+", default=list(LIBS))
+    parser.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS, metavar="LINE",
+                        help=f"lines to run (default: all of {', '.join(LIBS)})")
     parser.add_argument("--mem-limit-gb", type=float, default=10.0,
                         help="address-space limit per library process (shared machine)")
     parser.add_argument("--child", nargs=2, metavar=("LIB", "DATA"), help=argparse.SUPPRESS)
@@ -223,7 +316,7 @@ def main() -> None:
     from bench.graphs import bench_graph
 
     indptr, indices = bench_graph(args.graph)
-    n = len(indptr) - 1
+    n = n_vertices = len(indptr) - 1
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "graph.npz")
@@ -231,6 +324,7 @@ def main() -> None:
                  feat=rng.standard_normal((n, args.feat), dtype=np.float32),
                  label=rng.integers(0, args.classes, n), train=rng.random(n) < 0.66)
         del indptr, indices
+        partdir = str(prepare_part(data, Path(tmp), args.threads)) if set(args.libs) & set(TRAIN_LIBS) else ""
         results: Dict[str, Dict[str, float]] = {}
         forwarded = ["--feat", str(args.feat), "--classes", str(args.classes), "--hidden", str(args.hidden),
                      "--aggregator", args.aggregator, "--threads", str(args.threads),
@@ -245,8 +339,10 @@ def main() -> None:
             for lib in args.libs:
                 if lib in failed:
                     continue
-                out = subprocess.run([sys.executable, "-m", "bench.epoch", *forwarded, "--child", lib, data],
-                                     capture_output=True, text=True, preexec_fn=set_limit)
+                env = {**os.environ, **({"THP_MEM_ALLOC_ENABLE": "1"} if lib == DGL_HUGE else {})}
+                out = subprocess.run([sys.executable, "-m", "bench.epoch", *forwarded, "--child", lib,
+                                      partdir if lib in TRAIN_LIBS else data],
+                                     capture_output=True, text=True, preexec_fn=set_limit, env=env)
                 if out.returncode != 0:
                     failed[lib] = (out.stderr.strip().splitlines() or ["?"])[-1][:80]
                     continue
@@ -259,15 +355,34 @@ def main() -> None:
           f"random features and {args.classes} classes, float32, Adam; fastest of {args.epochs} epochs "
           f"x {args.rounds} rounds\n")
     base = results.get("DGL 1.1.3", {}).get("epoch_s")
+    like = results.get(DGL_HUGE, {}).get("epoch_s")
     rows = []
-    for lib, r in results.items():
+    for lib in [lib for lib in LIBS if lib in results]:
+        r = results[lib]
         rows.append([lib, f"{r['epoch_s']:.2f}", f"{base / r['epoch_s']:.2f}x" if base else "-",
+                     f"{like / r['epoch_s']:.2f}x" if like else "-",
                      f"{r['aggregate_s']:.2f}", f"{r['dense_s']:.2f}", f"{r['peak_rss_gb']:.2f}",
                      f"{r['one_off_s']:.2f}" if r.get("one_off_s") else "-"])
     for lib, why in failed.items():
-        rows.append([lib, f"failed: {why}", "-", "-", "-", "-", "-"])
-    print(markdown_table(["model", "epoch s", "vs DGL", "aggregation s", "dense s", "peak RSS GB",
-                          "once before epoch 1, s"], rows))
+        rows.append([lib, f"failed: {why}", "-", "-", "-", "-", "-", "-"])
+    print(markdown_table(["model", "epoch s", "vs DGL", "vs DGL, 2 MB pages", "aggregation s",
+                          "dense s", "peak RSS GB", "once before epoch 1, s"], rows))
+    # the dense work's floor: its FLOPs at a plain matmul's rate, measured now
+    n = n_vertices
+    flops = dense_flops(n, [args.feat, args.hidden, args.hidden, args.classes], args.aggregator)
+    rates = {dt: matmul_rate(n, args.feat, args.hidden, dt, args.threads)
+             for dt in (torch.float32, torch.bfloat16)}
+    print(f"\nDense work: {flops / 1e9:.0f} GFLOP per epoch; a plain [{n}, {args.feat}] x "
+          f"[{args.feat}, {args.hidden}] matmul runs at {rates[torch.float32]:.0f} GFLOP/s in float32 "
+          f"and {rates[torch.bfloat16]:.0f} GFLOP/s in bfloat16 here, so the dense floor is "
+          f"{flops / rates[torch.float32] / 1e9:.2f} s (float32) and "
+          f"{flops / rates[torch.bfloat16] / 1e9:.2f} s (bfloat16). Each line's dense work at "
+          f"that rate:")
+    for lib in [lib for lib in LIBS if lib in results]:
+        bf16 = "bf16" in lib
+        rate = flops / results[lib]["dense_s"] / 1e9
+        print(f"  {lib}: {rate:.0f} GFLOP/s, {rate / rates[torch.bfloat16 if bf16 else torch.float32]:.0%} "
+              f"of the {'bfloat16' if bf16 else 'float32'} matmul (dense s includes ReLU, dropout, loss, Adam)")
     if "ours, bf16 dense" in results:
         print("\n'ours, bf16 dense' is the opt-in --precision bf16 (linear layers in bfloat16): reported "
               "apart, not counted toward the float32 target; its accuracy effect: bench/precision.py")

@@ -1,6 +1,7 @@
 """Differentiable graph operations on native kernels (torch tensors in, torch tensors out).
 
 * :func:`aggregate` -- neighbour aggregation over a CSR by destination (sum, mean, gcn).
+* :func:`weighted_sum` -- the same kernel without autograd, with per-row scale and weight.
 * :func:`dropout` -- dropout keyed by (seed, epoch, layer, global vertex id, column).
 * :func:`gather_rows`, :func:`scatter_add_rows` -- row moves for split-vertex communication.
 
@@ -89,15 +90,24 @@ class _Graph:
             raise DistgnnError("aggregate: indices must be non-negative")
         self.local_degree = (indptr[1:] - indptr[:-1])
         self.sorted = rows_sorted(indptr, indices)
-        self._transposes: dict[int, Tuple[torch.Tensor, torch.Tensor, bool]] = {}
+        self._transposes: dict[int, _Graph] = {}
+        self._plans: dict[int, torch.Tensor] = {}
 
-    def transpose(self, n_src: int) -> Tuple[torch.Tensor, torch.Tensor, bool]:
-        """(t_indptr, t_indices, sorted) of the CSR by source (csr_transpose sorts its rows)."""
+    def plan(self, threads: int) -> torch.Tensor:
+        """The kernel's chunk plan of this CSR for ``threads`` threads, int64 [n_chunks, 5], built
+        once (native ``aggregate_plan``) instead of on every call."""
+        threads = _threads(threads)
+        if threads not in self._plans:
+            self._plans[threads] = torch.from_numpy(_native.aggregate_plan(self.indptr, threads))
+        return self._plans[threads]
+
+    def transpose(self, n_src: int) -> "_Graph":
+        """The CSR by source for n_src sources, built once (csr_transpose sorts its rows)."""
         if n_src not in self._transposes:
             t_indptr = torch.empty(n_src + 1, dtype=torch.int64)
             t_indices = torch.empty(self.indices.numel(), dtype=self.indices.dtype)
             _native.csr_transpose(self.indptr, self.indices, n_src, t_indptr, t_indices)
-            self._transposes[n_src] = (t_indptr, t_indices, True)
+            self._transposes[n_src] = _Graph(t_indptr, t_indices, 0)
         return self._transposes[n_src]
 
 
@@ -142,54 +152,83 @@ def row_scale(norm: str, degree: torch.Tensor, dtype: torch.dtype) -> Optional[t
 
 def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Optional[torch.Tensor],
          self_term: Optional[torch.Tensor], threads: int = 0, sorted: bool = False,
+         weight: Optional[torch.Tensor] = None, plan: Optional[torch.Tensor] = None,
          **tuning: int) -> torch.Tensor:
-    """y[v] = scale[v] * (sum_{u in row v} x[u] + self_term[v]) (no checks, no autograd).
+    """y[v] = scale[v] * (sum_{u in row v} weight[u] x[u] + weight[v] self_term[v]) (no checks
+    beyond the native ones, no autograd).
 
-    x [n_src, F]; result [len(indptr) - 1, F]; self_term covers the first len(self_term) rows.
-    bfloat16 x (and self_term): summed in float32, result float32.
-    ``sorted``: rows ascend (allows source tiling). ``tuning``: chunk_edges, block, prefetch,
-    tiles (see native/include/distgnn/aggregate.hpp)."""
+    x [n_src, F]; result [len(indptr) - 1, F]; self_term covers the first len(self_term) rows;
+    scale [n_dst] and weight [n_src] float (None: 1). bfloat16 x (and self_term): summed in
+    float32, result float32. ``sorted``: rows ascend (allows source tiling). ``plan``: the CSR's
+    chunk plan (:meth:`_Graph.plan`). ``tuning``: chunk_edges, block, prefetch, tiles (see
+    native/include/distgnn/aggregate.hpp)."""
     if x.dtype == torch.bfloat16:  # bfloat16 rows, float32 sums and result
         y = torch.empty(indptr.numel() - 1, x.shape[1], dtype=torch.float32)
         tuning.pop("tiles", None)
         _native.aggregate_spmm_bf16(indptr, indices, x.view(torch.int16), y,
                                     None if scale is None else scale.float(),
                                     None if self_term is None else self_term.view(torch.int16),
-                                    _threads(threads), sorted=sorted, **tuning)
+                                    _threads(threads), sorted=sorted,
+                                    weight=None if weight is None else weight.float(), plan=plan,
+                                    **tuning)
         return y
     y = torch.empty(indptr.numel() - 1, x.shape[1], dtype=x.dtype)
     _native.aggregate_spmm(indptr, indices, x, y, scale, self_term, _threads(threads),
-                           sorted=sorted, **tuning)
+                           sorted=sorted, weight=weight, plan=plan, **tuning)
     return y
 
 
+def _run(graph: _Graph, x: torch.Tensor, scale: Optional[torch.Tensor],
+         weight: Optional[torch.Tensor], self_rows: int, threads: int) -> torch.Tensor:
+    """The kernel over a validated graph with its cached plan; x's own first self_rows rows
+    are the self term."""
+    x = x.contiguous()
+    return spmm(graph.indptr, graph.indices, x, scale, x[:self_rows] if self_rows > 0 else None,
+                threads, graph.sorted, weight=weight, plan=graph.plan(threads))
+
+
+def weighted_sum(indptr: Any, indices: Any, x: torch.Tensor, scale: Optional[torch.Tensor] = None,
+                 weight: Optional[torch.Tensor] = None, self_rows: int = 0,
+                 threads: int = 0) -> torch.Tensor:
+    """y[v] = scale[v] * (sum_{u in row v} weight[u] x[u] + (v < self_rows ? weight[v] x[v] : 0)),
+    no autograd: the building block of a distributed aggregation and of its backward (run on the
+    transpose with ``weight`` = the forward's scale).
+
+    x [n_src, F] float32/float64/bfloat16 (bfloat16: float32 result); scale [n_dst] and weight
+    [n_src] float32 (x's dtype for float64), None for 1. The graph is validated and its chunk
+    plan built once per ``indices`` tensor (as :func:`aggregate`)."""
+    graph = _graph(indptr, indices, threads)
+    if graph.bound > x.shape[0] or self_rows > min(x.shape[0], graph.n_dst):
+        raise DistgnnError(f"weighted_sum: x has {x.shape[0]} rows; indices reach {graph.bound} "
+                           f"and self_rows is {self_rows}")
+    return _run(graph, x, scale, weight, self_rows, threads)
+
+
 class _Aggregate(torch.autograd.Function):
+    """y = diag(s) (A x + S x), S the identity on the first self_rows rows; the backward is the
+    kernel on the transpose with the scale as per-row weight: x' = A^T (s g) + S^T (s g)."""
+
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, graph: _Graph, scale: Optional[torch.Tensor], gcn: bool,
-                threads: int, t_graph: Optional[Tuple[torch.Tensor, torch.Tensor, bool]]) -> torch.Tensor:
-        ctx.graph, ctx.scale, ctx.gcn, ctx.threads, ctx.t_graph = graph, scale, gcn, threads, t_graph
+    def forward(ctx: Any, x: torch.Tensor, graph: _Graph, scale: Optional[torch.Tensor], self_rows: int,
+                threads: int, t_graph: Optional[_Graph]) -> torch.Tensor:
+        ctx.graph, ctx.scale, ctx.self_rows, ctx.threads, ctx.t_graph = graph, scale, self_rows, threads, t_graph
         ctx.n_src, ctx.x_dtype = x.shape[0], x.dtype
-        x = x.contiguous()
-        return spmm(graph.indptr, graph.indices, x, scale, x if gcn else None, threads, graph.sorted)
+        return _run(graph, x, scale, None, self_rows, threads)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         if not ctx.needs_input_grad[0]:
             return (None,) * 6
-        g = grad.contiguous()
-        if ctx.scale is not None:
-            g = g * ctx.scale.unsqueeze(1)
-        if ctx.x_dtype == torch.bfloat16:  # the gradient rows gathered in bfloat16 too
-            g = g.to(torch.bfloat16)
-        t_indptr, t_indices, t_sorted = ctx.t_graph if ctx.t_graph is not None else ctx.graph.transpose(ctx.n_src)
-        gx = spmm(t_indptr, t_indices, g, None, g if ctx.gcn else None, ctx.threads, t_sorted)
+        g = grad.to(ctx.x_dtype) if ctx.x_dtype == torch.bfloat16 else grad  # gradient rows in bfloat16 too
+        t_graph = ctx.t_graph if ctx.t_graph is not None else ctx.graph.transpose(ctx.n_src)
+        gx = _run(t_graph, g, None, ctx.scale, ctx.self_rows, ctx.threads)
         return gx.to(ctx.x_dtype), None, None, None, None, None
 
 
 def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
               degree: Optional[torch.Tensor] = None,
               transpose: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
-              threads: int = 0) -> torch.Tensor:
+              threads: int = 0, self_rows: Optional[int] = None) -> torch.Tensor:
     """Aggregate source rows into destinations over a CSR by destination, differentiable in ``x``.
 
     ``indptr`` int64 [n_dst + 1], ``indices`` int32/int64 [E] (source ids in [0, n_src)),
@@ -202,6 +241,9 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
     * ``gcn``:  y[v] = (sum + x[v]) / (deg[v] + 1)   (needs n_src >= n_dst)
 
     ``degree`` [n_dst] (any numeric dtype) overrides the local row length (e.g. a global degree).
+    ``self_rows`` (gcn): add the self term x[v] to the first ``self_rows`` destinations only
+    (default all; a part's roots, when the leaves' partials are summed at the root).
+    The degree scaling runs inside the kernel, forward and backward (no pass of its own).
     ``transpose``: a stored (t_indptr [n_src + 1], t_indices [E]) CSR by source for backward;
     otherwise one is built on first backward and cached with the graph (keyed on the ``indices``
     tensor object, so pass the same tensors each call). ``threads`` <= 0: torch's thread count.
@@ -223,15 +265,24 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
             raise DistgnnError(f"aggregate: degree must have shape [{graph.n_dst}], got {tuple(degree.shape)}")
     scale = row_scale(norm, graph.local_degree if degree is None else degree,
                       torch.float32 if x.dtype == torch.bfloat16 else x.dtype)
+    n_self = 0
+    if norm == "gcn":
+        n_self = graph.n_dst if self_rows is None else int(self_rows)
+        if not 0 <= n_self <= graph.n_dst:
+            raise DistgnnError(f"aggregate: self_rows must lie in [0, {graph.n_dst}], got {self_rows}")
     t_graph = None
     if transpose is not None:
-        t_indptr, t_indices = (_as_tensor(t, "transpose") for t in transpose)
+        t_indptr, t_indices = (t if isinstance(t, torch.Tensor) else _as_tensor(t, "transpose")
+                               for t in transpose)
         if (t_indptr.dtype != torch.int64 or t_indptr.numel() != n_src + 1
                 or t_indices.dtype != graph.indices.dtype or t_indices.numel() != graph.indices.numel()):
             raise DistgnnError(f"aggregate: transpose must be (int64 [{n_src + 1}], "
                                f"{graph.indices.dtype} [{graph.indices.numel()}])")
-        t_graph = (t_indptr, t_indices, rows_sorted(t_indptr, t_indices))
-    return _Aggregate.apply(x, graph, scale, norm == "gcn", threads, t_graph)
+        t_graph = _graph(t_indptr, t_indices, threads)  # validated once per tensor, like the graph
+        if t_graph.bound > graph.n_dst:
+            raise DistgnnError(f"aggregate: transpose indices reach destination {t_graph.bound - 1} "
+                               f"but the graph has {graph.n_dst}")
+    return _Aggregate.apply(x, graph, scale, n_self, threads, t_graph)
 
 
 class _Dropout(torch.autograd.Function):

@@ -13,7 +13,7 @@ _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def aggregate(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, norm: str = "sum",
-              degree: Optional[torch.Tensor] = None) -> torch.Tensor:
+              degree: Optional[torch.Tensor] = None, self_rows: Optional[int] = None) -> torch.Tensor:
     """Same contract as :func:`distgnn.ops.aggregate`, via index_add_ (differentiable in x)."""
     n_dst = indptr.numel() - 1
     local = indptr[1:] - indptr[:-1]
@@ -23,8 +23,23 @@ def aggregate(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, norm
     if norm == "mean":
         y = y / deg.clamp(min=1)
     elif norm == "gcn":
-        y = (y + x[:n_dst]) / (deg + 1)
+        k = n_dst if self_rows is None else self_rows
+        own = torch.cat([x[:k], x.new_zeros((n_dst - k, x.shape[1]))])
+        y = (y + own) / (deg + 1)
     return y
+
+
+def weighted_sum(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor,
+                 scale: Optional[torch.Tensor] = None, weight: Optional[torch.Tensor] = None,
+                 self_rows: int = 0) -> torch.Tensor:
+    """Same contract as :func:`distgnn.ops.weighted_sum`: scale[v] * (sum weight[u] x[u] +
+    weight[v] x[v] for v < self_rows)."""
+    n_dst = indptr.numel() - 1
+    dst = torch.repeat_interleave(torch.arange(n_dst), indptr[1:] - indptr[:-1])
+    xw = x if weight is None else x * weight.to(x.dtype).unsqueeze(1)
+    y = torch.zeros(n_dst, x.shape[1], dtype=x.dtype).index_add(0, dst, xw[indices.long()])
+    y[:self_rows] += xw[:self_rows]
+    return y if scale is None else y * scale.to(x.dtype).unsqueeze(1)
 
 
 def _mix(z: np.ndarray) -> np.ndarray:

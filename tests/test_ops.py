@@ -112,24 +112,25 @@ def test_global_degree_and_stored_transpose(norm: str) -> None:
     torch.testing.assert_close(gx, g_ref)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("tiles", [1, 3, 200])
-@pytest.mark.parametrize("block", [8, 32, 48, 64, 256])
-@pytest.mark.parametrize("chunk_edges", [1, 50, 100_000])
-def test_tuning_options_and_hub_rows(block: int, chunk_edges: int, tiles: int, isa: str) -> None:
-    """Every column block, hub rows cut into many pieces (chunk_edges small), prefetch on, source
-    tiles (rows sorted) including more tiles than sources."""
+@pytest.mark.parametrize("block", [8, 48, 256])
+@pytest.mark.parametrize("chunk_edges", [1, 50])
+def test_tuning_options_and_hub_rows(block: int, chunk_edges: int, tiles: int, weighted: bool,
+                                     isa: str) -> None:
+    """Column blocks (narrowest, masked-width, widest), hub rows cut into many pieces
+    (chunk_edges 1: a piece per edge; 50: hubs and packed rows), prefetch on, source tiles (rows
+    sorted) including more tiles than sources, with and without a per-row weight."""
     indptr, indices = power_law_graph(150, 150, 5000, seed=block)
     for v in range(150):  # sort rows
         indices[indptr[v]:indptr[v + 1]] = indices[indptr[v]:indptr[v + 1]].sort().values
     assert ops.rows_sorted(indptr, indices)
     x = torch.randn(150, 70, dtype=torch.float64)
     s = torch.rand(150, dtype=torch.float64)
-    y = ops.spmm(indptr, indices, x, s, x[:100], 2, sorted=True, chunk_edges=chunk_edges,
+    w = torch.rand(150, dtype=torch.float64) + 0.5 if weighted else None
+    y = ops.spmm(indptr, indices, x, s, x[:100], 2, sorted=True, weight=w, chunk_edges=chunk_edges,
                  block=block, prefetch=3, tiles=tiles)
-    dst = torch.repeat_interleave(torch.arange(150), indptr[1:] - indptr[:-1])
-    expect = torch.zeros(150, 70, dtype=torch.float64).index_add_(0, dst, x[indices.long()])
-    expect[:100] += x[:100]
-    torch.testing.assert_close(y, expect * s[:, None], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(y, ref.weighted_sum(indptr, indices, x, s, w, 100), rtol=1e-4, atol=1e-4)
 
 
 def test_rows_sorted() -> None:
@@ -173,7 +174,7 @@ def test_transpose_cache_is_reused() -> None:
     x = torch.randn(30, 4, requires_grad=True)
     ops.aggregate(indptr, indices, x, "mean").sum().backward()
     graph = ops._graph(indptr, indices, 1)
-    assert 30 in graph._transposes and graph._transposes[30][2]
+    assert 30 in graph._transposes and graph._transposes[30].sorted
     first = graph._transposes[30]
     ops.aggregate(indptr, indices, x, "mean").sum().backward()
     assert ops._graph(indptr, indices, 1)._transposes[30] is first
@@ -246,3 +247,59 @@ def test_bf16_rows_sum_in_float32(norm: str, F: int, isa: str) -> None:
     # the float32 rows of the same values give the same forward result to rounding
     y32 = ops.aggregate(indptr, indices, x.detach().float(), norm)
     torch.testing.assert_close(y, y32, rtol=1e-5, atol=1e-5)
+
+
+def test_chunk_plan_is_built_once_and_a_stale_one_refused() -> None:
+    """The kernel's chunk plan is cached with the graph (one per thread count, also for the
+    transpose), gives the result of a plan built per call, and a plan of another CSR is refused."""
+    indptr, indices = power_law_graph(200, 200, 4000, seed=8)
+    x = torch.randn(200, 24, requires_grad=True)
+    y = ops.aggregate(indptr, indices, x, "mean", threads=2)
+    y.sum().backward()
+    graph = ops._graph(indptr, indices, 2)
+    plan = graph.plan(2)
+    assert plan.dtype == torch.int64 and plan.shape[1] == 5 and graph.plan(2) is plan
+    assert 2 in graph._transposes[200]._plans
+    assert int(plan[-1, 1]) == 200 and int(plan[0, 0]) == 0
+    torch.testing.assert_close(y, ops.spmm(indptr, indices, x.detach(), ops.row_scale(
+        "mean", graph.local_degree, torch.float32), None, 2))
+    hubs = torch.from_numpy(_native.aggregate_plan(indptr, 2, chunk_edges=3))
+    assert (hubs[:, 4] >= 0).any()  # hub pieces, numbered in order
+    torch.testing.assert_close(ops.spmm(indptr, indices, x.detach(), None, None, 2, plan=hubs),
+                               ref.weighted_sum(indptr, indices, x.detach()), rtol=1e-5, atol=1e-5)
+    other, _ = power_law_graph(200, 200, 4000, seed=9)
+    for stale in (torch.from_numpy(_native.aggregate_plan(other, 2)), plan[:-1], plan[:, :4].contiguous()):
+        with pytest.raises(ValueError, match="plan"):
+            ops.spmm(indptr, indices, x.detach(), None, None, 2, plan=stale)
+
+
+@pytest.mark.parametrize("norm", ["mean", "gcn"])
+def test_self_rows_and_fused_scaling_gradcheck(norm: str, isa: str) -> None:
+    """The degree scaling (and gcn's self term on the first self_rows rows only, a part's roots)
+    inside the kernel, forward and backward (the transpose with the scale as row weight)."""
+    indptr, indices = power_law_graph(14, 18, 70, seed=2)
+    x = torch.randn(18, 5, dtype=torch.float64, requires_grad=True)
+    degree = torch.randint(0, 9, (14,))
+    for k in (0, 6, 14):
+        fn = lambda t: ops.aggregate(indptr, indices, t, norm, degree=degree, self_rows=k)  # noqa: E731
+        assert torch.autograd.gradcheck(fn, (x,))
+        torch.testing.assert_close(fn(x), ref.aggregate(indptr, indices, x, norm, degree, self_rows=k))
+    with pytest.raises(DistgnnError, match="self_rows"):
+        ops.aggregate(indptr, indices, x, "gcn", self_rows=15)
+
+
+def test_weighted_sum_matches_reference_for_each_row_type(isa: str) -> None:
+    """weighted_sum (the distributed aggregation's building block) in float32, float64 and over
+    bfloat16 rows (float32 result), against the reference."""
+    indptr, indices = power_law_graph(300, 400, 6000, seed=4)
+    scale, weight = torch.rand(300) + 0.1, torch.rand(400) + 0.1
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5), (torch.bfloat16, 1e-5)):
+        x = torch.randn(400, 41).to(dtype)
+        s = scale.to(torch.float64) if dtype == torch.float64 else scale
+        w = weight.to(torch.float64) if dtype == torch.float64 else weight
+        y = ops.weighted_sum(indptr, indices, x, s, w, self_rows=250)
+        expect = ref.weighted_sum(indptr, indices, x.double(), s.double(), w.double(), 250)
+        assert y.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+        torch.testing.assert_close(y.double(), expect, rtol=tol, atol=tol)
+    with pytest.raises(DistgnnError, match="self_rows"):
+        ops.weighted_sum(indptr, indices, torch.randn(400, 4), self_rows=301)

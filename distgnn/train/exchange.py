@@ -81,28 +81,33 @@ def scale_aggregate(a: torch.Tensor, h: torch.Tensor, degree: torch.Tensor, norm
 
 
 class _LocalSum(torch.autograd.Function):
-    """p[v] = sum of h[u] over local in-edges u -> v; backward runs the kernel on the transpose."""
+    """p[v] = scale[v] * (sum of h[u] over local in-edges u -> v + (v < self_rows ? h[v] : 0))
+    (scale None: the plain sum); backward runs the kernel on the transpose, the scale as weight."""
 
     @staticmethod
-    def forward(ctx, h: torch.Tensor, part: PartitionData, timers: Timers, threads: int) -> torch.Tensor:
+    def forward(ctx, h: torch.Tensor, part: PartitionData, timers: Timers, threads: int,
+                scale: torch.Tensor | None = None, self_rows: int = 0) -> torch.Tensor:
         ctx.part, ctx.timers, ctx.threads, ctx.dtype = part, timers, threads, h.dtype
+        ctx.scale, ctx.self_rows = scale, self_rows
         with timers("aggregate"):
-            return ops.aggregate(part.indptr, part.indices, h.detach(), norm="sum", threads=threads)
+            return ops.weighted_sum(part.indptr, part.indices, h.detach(), scale=scale,
+                                    self_rows=self_rows, threads=threads)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        part = ctx.part
         with ctx.timers("aggregate"):
-            grad_h = transposed_sum(part, grad, ctx.dtype, ctx.threads)
-        return grad_h, None, None, None
+            grad_h = transposed_sum(ctx.part, grad, ctx.dtype, ctx.threads, ctx.scale, ctx.self_rows)
+        return grad_h, None, None, None, None, None
 
 
-def transposed_sum(part: PartitionData, grad: torch.Tensor, dtype: torch.dtype,
-                   threads: int) -> torch.Tensor:
-    """The local sum's backward: the kernel over the transpose, with the gradient rows gathered in
-    the forward rows' dtype (bfloat16 rows: bfloat16 gradient rows, float32 sums), returned in it."""
-    return ops.aggregate(part.t_indptr, part.t_indices, grad.to(dtype).contiguous(), norm="sum",
-                         threads=threads).to(dtype)
+def transposed_sum(part: PartitionData, grad: torch.Tensor, dtype: torch.dtype, threads: int,
+                   scale: torch.Tensor | None = None, self_rows: int = 0) -> torch.Tensor:
+    """The local sum's backward: the kernel over the transpose (``scale`` of the forward as the
+    weight of each gradient row, the first ``self_rows`` rows' own term), the gradient rows
+    gathered in the forward rows' dtype (bfloat16 rows: bfloat16 gradient rows, float32 sums),
+    returned in it."""
+    return ops.weighted_sum(part.t_indptr, part.t_indices, grad.to(dtype).contiguous(),
+                            weight=scale, self_rows=self_rows, threads=threads).to(dtype)
 
 
 def _reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, kind: str,

@@ -11,7 +11,9 @@ applies the layer to are a prefix of its local rows. One layer's aggregation und
    aggregates first) reads them instead: every replica has them, nothing is sent.
 2. **local sum** -- the native kernel over the part's own edges, p [n_k, w].
 3. **reduce** -- leaves with local in-edges send their partial to the root; the root adds them to
-   its own: a [n_roots, w], then the degree scaling (global in-degree; the gcn self term h_v).
+   its own: a [n_roots, w]. The degree scaling is linear and every replica knows v's global
+   in-degree, so each part's kernel scales the partials it produces (and adds the gcn self term
+   h_v at the root only): the reduce's sum is the final aggregate, with no pass of its own.
 
 Backward is the adjoint, so cd-0 under ``root`` equals one-process training: a reduce's gradient
 goes back from the root to the leaves that sent partials (the kernel on the transpose then runs on
@@ -46,8 +48,7 @@ import torch
 
 from distgnn import ops
 from distgnn.comm import Communicator, RowPlan
-from distgnn.train.exchange import (_LocalSum, complete_pending, delivered, received,
-                                    scale_aggregate, transposed_sum)
+from distgnn.train.exchange import _LocalSum, complete_pending, delivered, received, transposed_sum
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
 
@@ -201,15 +202,16 @@ class _TableSum(torch.autograd.Function):
         part = agg.part
         with agg.timers("aggregate"):
             state.table[:h.shape[0]].copy_(h.detach())
-            return ops.aggregate(part.indptr, part.indices, state.table, norm="sum",
-                                 threads=agg.threads)
+            return ops.weighted_sum(part.indptr, part.indices, state.table, scale=agg.scale,
+                                    self_rows=agg.self_rows, threads=agg.threads)
 
     @staticmethod
     def backward(ctx, grad_p: torch.Tensor):
         agg, state, e, r = ctx.agg, ctx.state, ctx.step, ctx.agg.delay
         part = agg.part
         with agg.timers("aggregate"):
-            grad_src = transposed_sum(part, grad_p, state.table.dtype, agg.threads)
+            grad_src = transposed_sum(part, grad_p, state.table.dtype, agg.threads, agg.scale,
+                                      agg.self_rows)
         grad_h = grad_src[:agg.n_roots]
         if agg.delayed_gradients:
             bins = agg.bins[e % r]
@@ -251,7 +253,12 @@ class RootAggregation:
         self.constant_layers = frozenset(constant_layers) & self.stored_input_layers
         self.training = True
         self.n_roots = part.num_roots
-        self.degree = part.in_degree_global[:self.n_roots].to(torch.float32)
+        #: float32 [n_k]: every replica's scale of its partials (global in-degree: mean 1/deg,
+        #: gcn 1/(deg + 1)); the gcn self term is added at the roots, the first n_roots rows
+        self.scale = ops.row_scale(norm, part.in_degree_global, torch.float32)
+        self.self_rows = self.n_roots if norm == "gcn" else 0
+        #: one rank holding every vertex as a root (P = 1): the exchange's copies are skipped
+        self.single = comm.size == 1 and part.num_local == self.n_roots
         self.plans = root_plans(part, comm)
         self.layers: dict[int, RootLayerState] = {}
         #: layer -> its training aggregate, once it can no longer change (constant layers)
@@ -273,20 +280,27 @@ class RootAggregation:
         if self.training and self.delay > 0:
             return self._delayed(layer, h)
         comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
-        if layer in self.stored_input_layers:
+        stored = layer in self.stored_input_layers
+        if self.single:  # every vertex is a root: no table to fill, no partial to reduce
+            return self._local(self.feat_rows if stored else h)
+        if stored:
             src = self.feat_rows
         else:
             src = _Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers, kind)
-        p = _LocalSum.apply(src, self.part, self.timers, self.threads)
-        a = _Reduce.apply(p, self.n_roots, self.plans, comm, self.timers, kind)
-        return scale_aggregate(a, h, self.degree, self.norm)
+        p = self._local(src)
+        return _Reduce.apply(p, self.n_roots, self.plans, comm, self.timers, kind)
+
+    def _local(self, src: torch.Tensor) -> torch.Tensor:
+        """This part's scaled partials of every local vertex, [n_k, w], from the source table."""
+        return _LocalSum.apply(src, self.part, self.timers, self.threads, self.scale, self.self_rows)
 
     def feature_aggregate(self) -> torch.Tensor:
         """The exact aggregate of the stored features at the roots, [n_roots, F] (for the input
         cache): every replica has the features, so only the reduce runs, on ``eval_comm``."""
-        p = _LocalSum.apply(self.part.feat, self.part, self.timers, self.threads)
-        a = _Reduce.apply(p, self.n_roots, self.plans, self.eval_comm, self.timers, "eval")
-        return scale_aggregate(a, self.part.feat[:self.n_roots], self.degree, self.norm)
+        p = self._local(self.part.feat)
+        if self.single:
+            return p
+        return _Reduce.apply(p, self.n_roots, self.plans, self.eval_comm, self.timers, "eval")
 
     def _delayed(self, layer: int, h: torch.Tensor) -> torch.Tensor:
         """cd-r under root at this layer's current training step (module docstring)."""
@@ -311,7 +325,7 @@ class RootAggregation:
                     rows = state.pending_bcast.pop(e - r).wait()
                     state.table[bins.bcast_leaf.ids] = rows
         if stored:
-            p = _LocalSum.apply(self.feat_rows, self.part, self.timers, self.threads)
+            p = self._local(self.feat_rows)
         else:
             p = _TableSum.apply(h, self, state, e)
         if comm.size > 1:
@@ -326,10 +340,9 @@ class RootAggregation:
                         "reduce")
         state.step += 1
         if self.delayed_gradients and p.requires_grad:
-            a = _DelayedReduceGrad.apply(p, state.remote, self, state, e)
+            out = _DelayedReduceGrad.apply(p, state.remote, self, state, e)
         else:
-            a = p[:n_roots] + state.remote
-        out = scale_aggregate(a, h, self.degree, self.norm)
+            out = p[:n_roots] + state.remote
         if constant and state.step >= 2 * r:
             self.settled[layer] = out.detach()
         return out

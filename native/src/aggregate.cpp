@@ -30,10 +30,12 @@ namespace agg = distgnn::aggregate;
 
 // y = scale * (A x + self) with shape checks. XB: the element type the array arrives as (T, or
 // int16 for bfloat16 rows, which numpy and DLPack-from-numpy lack); X: the kernel's row type.
+// weight: one per row of x (and self); plan: aggregate_plan(indptr, ...), checked here.
 template <typename T, typename XB, typename X, typename I>
 void spmm_rows(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const XB> x, Mat<T> y,
                std::optional<Vec<const T>> scale, std::optional<Mat<const XB>> self, int threads,
-               int64_t chunk_edges, int block, int prefetch, int tiles, bool sorted) {
+               int64_t chunk_edges, int block, int prefetch, int tiles, bool sorted,
+               std::optional<Vec<const T>> weight, std::optional<Mat<const int64_t>> plan) {
   if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must have at least one entry");
   const int64_t n_rows = static_cast<int64_t>(indptr.shape(0)) - 1;
   const int64_t F = static_cast<int64_t>(x.shape(1));
@@ -50,6 +52,18 @@ void spmm_rows(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const XB> x,
       throw std::invalid_argument("self must have x.shape[1] columns");
     n_self = std::min<int64_t>(n_rows, static_cast<int64_t>(self->shape(0)));
   }
+  if (weight && (static_cast<int64_t>(weight->shape(0)) != static_cast<int64_t>(x.shape(0)) ||
+                 n_self > static_cast<int64_t>(x.shape(0))))
+    throw std::invalid_argument("weight must have x.shape[0] entries (and self at most x.shape[0] rows)");
+  const agg::Chunk* chunks = nullptr;
+  int64_t n_chunks = 0;
+  if (plan) {
+    int64_t n_pieces = 0;
+    chunks = reinterpret_cast<const agg::Chunk*>(plan->data());
+    n_chunks = static_cast<int64_t>(plan->shape(0));
+    if (plan->shape(1) != 5 || !agg::check_plan(ip, n_rows, chunks, n_chunks, &n_pieces))
+      throw std::invalid_argument("plan is not a chunk plan of this indptr (make it with aggregate_plan)");
+  }
   if (!agg::valid_block(block)) throw std::invalid_argument("block must be one of 0, 8, 16, 32, 48, 64, 128, 256");
   if (static_cast<const void*>(x.data()) == static_cast<const void*>(y.data()) && n_rows > 0)
     throw std::invalid_argument("y must not alias x");
@@ -58,24 +72,44 @@ void spmm_rows(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const XB> x,
   agg::Options opt{chunk_edges, block, prefetch, tiles, sorted};
   nb::gil_scoped_release release;
   agg::spmm<T, I, X>(ip, indices.data(), n_rows, reinterpret_cast<const X*>(x.data()),
-                     static_cast<int64_t>(x.shape(0)), F, s, sf, n_self, y.data(), threads, opt);
+                     static_cast<int64_t>(x.shape(0)), F, s, sf, n_self, y.data(), threads, opt,
+                     weight ? weight->data() : nullptr, chunks, n_chunks);
+}
+
+// The chunk plan of a CSR as an int64 array [n_chunks, 5] (row_begin, row_end, edge_begin,
+// edge_end, piece), for aggregate_spmm(plan=...).
+nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> make_plan(Vec<const int64_t> indptr, int threads,
+                                                       int64_t chunk_edges) {
+  if (indptr.shape(0) < 1) throw std::invalid_argument("indptr must have at least one entry");
+  const int64_t n_rows = static_cast<int64_t>(indptr.shape(0)) - 1;
+  auto* chunks = new std::vector<agg::Chunk>();
+  {
+    nb::gil_scoped_release release;
+    if (n_rows > 0) *chunks = agg::make_plan(indptr.data(), n_rows, threads, chunk_edges);
+  }
+  nb::capsule owner(chunks, [](void* p) noexcept { delete static_cast<std::vector<agg::Chunk>*>(p); });
+  return nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(reinterpret_cast<int64_t*>(chunks->data()),
+                                                      {chunks->size(), 5}, owner);
 }
 
 template <typename T, typename I>
 void spmm(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const T> x, Mat<T> y,
           std::optional<Vec<const T>> scale, std::optional<Mat<const T>> self, int threads,
-          int64_t chunk_edges, int block, int prefetch, int tiles, bool sorted) {
+          int64_t chunk_edges, int block, int prefetch, int tiles, bool sorted,
+          std::optional<Vec<const T>> weight, std::optional<Mat<const int64_t>> plan) {
   spmm_rows<T, T, T, I>(indptr, indices, x, y, scale, self, threads, chunk_edges, block, prefetch,
-                        tiles, sorted);
+                        tiles, sorted, weight, plan);
 }
 
 // bfloat16 rows (x and self given as their int16 bit patterns), float32 scale and result.
 template <typename I>
 void spmm_bf16(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const int16_t> x, Mat<float> y,
                std::optional<Vec<const float>> scale, std::optional<Mat<const int16_t>> self,
-               int threads, int64_t chunk_edges, int block, int prefetch, bool sorted) {
+               int threads, int64_t chunk_edges, int block, int prefetch, bool sorted,
+               std::optional<Vec<const float>> weight, std::optional<Mat<const int64_t>> plan) {
   spmm_rows<float, int16_t, agg::detail::bf16, I>(indptr, indices, x, y, scale, self, threads,
-                                                  chunk_edges, block, prefetch, 0, sorted);
+                                                  chunk_edges, block, prefetch, 0, sorted, weight,
+                                                  plan);
 }
 
 template <typename I>
@@ -144,12 +178,16 @@ void def_typed(nb::module_& m) {
   m.def("aggregate_spmm", &spmm<T, I>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
         "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
         "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,
-        "prefetch"_a = -1, "tiles"_a = 0, "sorted"_a = false,
+        "prefetch"_a = -1, "tiles"_a = 0, "sorted"_a = false, "weight"_a.noconvert() = nb::none(),
+        "plan"_a.noconvert() = nb::none(),
         "aggregate_spmm(indptr, indices, x, y, scale=None, self=None, threads=0, chunk_edges=0, "
-        "block=0, prefetch=-1, tiles=0, sorted=False): y[v] = scale[v] * (sum_{e in row v} x[indices[e]] + self[v]) for "
-        "v < len(indptr) - 1 (self only for v < len(self)). x [n_src, F], y [n_rows, F], scale "
-        "[n_rows]; the same float dtype throughout. Index values must lie in [0, n_src). Source tiling (tiles > 1; off by default) only runs when "
-        "sorted=True promises ascending sources within every row.");
+        "block=0, prefetch=-1, tiles=0, sorted=False, weight=None, plan=None): y[v] = scale[v] * "
+        "(sum_{e in row v} weight[u] x[u] + weight[v] self[v]), u = indices[e], for v < "
+        "len(indptr) - 1 (self only for v < len(self); weight absent: 1). x [n_src, F], y [n_rows, "
+        "F], scale [n_rows], weight [n_src]; the same float dtype throughout. Index values must lie "
+        "in [0, n_src). plan: aggregate_plan(indptr, threads) reused across calls (chunk_edges is "
+        "then ignored). Source tiling (tiles > 1; off by default) only runs when sorted=True "
+        "promises ascending sources within every row.");
   m.def("gather_rows", &gather_rows<T, I>, "x"_a.noconvert(), "rows"_a.noconvert(),
         "out"_a.noconvert(), "threads"_a = 0, "gather_rows(x, rows, out, threads=0): out[i] = x[rows[i]].");
   m.def("scatter_add_rows", &scatter_add_rows<T, I>, "x"_a.noconvert(), "rows"_a.noconvert(),
@@ -198,14 +236,20 @@ void register_aggregate(nb::module_& m) {
   m.def("aggregate_spmm_bf16", &spmm_bf16<int32_t>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
         "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
         "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,
-        "prefetch"_a = -1, "sorted"_a = false,
+        "prefetch"_a = -1, "sorted"_a = false, "weight"_a.noconvert() = nb::none(),
+        "plan"_a.noconvert() = nb::none(),
         "aggregate_spmm_bf16(indptr, indices, x, y, scale=None, self=None, ...): aggregate_spmm "
         "over bfloat16 rows, x and self given as int16 bit patterns (torch: t.view(torch.int16)), "
-        "summed in float32 into float32 y with float32 scale.");
+        "summed in float32 into float32 y with float32 scale and weight.");
   m.def("aggregate_spmm_bf16", &spmm_bf16<int64_t>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
         "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
         "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,
-        "prefetch"_a = -1, "sorted"_a = false);
+        "prefetch"_a = -1, "sorted"_a = false, "weight"_a.noconvert() = nb::none(),
+        "plan"_a.noconvert() = nb::none());
+  m.def("aggregate_plan", &make_plan, "indptr"_a.noconvert(), "threads"_a = 0, "chunk_edges"_a = 0,
+        "aggregate_plan(indptr, threads=0, chunk_edges=0) -> int64 [n_chunks, 5]: the work chunks "
+        "aggregate_spmm would cut this CSR into (rows packed to about chunk_edges edges, 0: "
+        "automatic for `threads`; hub rows cut into pieces), to pass as plan= on every call.");
   m.def("aggregate_index_bound", &index_bound<int32_t>, "indices"_a.noconvert(), "threads"_a = 0,
         "max(indices) + 1 (0 when empty), or -1 when an index is negative.");
   m.def("aggregate_index_bound", &index_bound<int64_t>, "indices"_a.noconvert(), "threads"_a = 0);

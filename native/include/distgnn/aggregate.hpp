@@ -1,10 +1,11 @@
 // Aggregation over a CSR by destination, and the small row kernels around it.
 //
-//   y[v] = s[v] * (sum_{e in row v} x[indices[e]] + (v < n_self ? self[v] : 0))
+//   y[v] = s[v] * (sum_{e in row v} w[u_e] x[u_e] + (v < n_self ? w[v] self[v] : 0)),  u_e = indices[e]
 //
 // s is an optional per-row scale (mean: 1/deg, gcn: 1/(deg+1)); `self` is an optional per-row term
-// (gcn's x[v] in forward; the scaled gradient in backward, run on the transposed CSR). One kernel
-// serves forward and backward: backward of y = diag(s) (A x + S x) is x' = A^T (s*g) + S^T (s*g).
+// (gcn's x[v]); w an optional weight per gathered row (absent: 1). One kernel serves forward and
+// backward: backward of y = diag(s) (A x + S x) is x' = A^T (s*g) + S^T (s*g), the kernel on the
+// transposed CSR with w = s and self = g, so the scaling costs no pass of its own either way.
 //
 // Techniques (each measured by bench/kernels.py; the defaults below are the ones that paid here):
 // * work split by edges: rows are packed into chunks of about `chunk_edges` edges, and a row with
@@ -50,6 +51,8 @@ struct Chunk {
   int64_t row_begin, row_end, edge_begin, edge_end;
   int64_t piece;
 };
+// A plan travels to and from Python as an int64 array [n_chunks, 5].
+static_assert(sizeof(Chunk) == 5 * sizeof(int64_t), "Chunk must be five packed int64");
 
 // Packs rows into chunks of about `target` edges (each row also costs one unit for its write).
 inline std::vector<Chunk> plan_chunks(const int64_t* indptr, int64_t n_rows, int64_t target,
@@ -122,11 +125,13 @@ inline void prefetch_row(const T* p, int width) {
 // the registers and the prefetch too (a plain loop to w ran 4.3x slower than DGL at F = 41).
 // Prefetches the row `prefetch` edges ahead, up to pf_end (the chunk's end: across row ends, so
 // short rows still get their sources in flight early).
-template <int W, bool Masked, typename T, typename X, typename I>
+// With Weighted, each gathered row is multiplied by wt[its index] (an FMA instead of an add).
+template <int W, bool Masked, bool Weighted, typename T, typename X, typename I>
 __attribute__((always_inline)) inline void gather_block(const I* __restrict indices, int64_t e0,
                                                         int64_t e1, const X* __restrict x,
                                                         int64_t F, int64_t c0, int w, int prefetch,
-                                                        int64_t pf_end, T* __restrict acc) {
+                                                        int64_t pf_end, const T* __restrict wt,
+                                                        T* __restrict acc) {
   const int width = Masked ? w : W;
   T a[W];
   for (int j = 0; j < W; ++j) a[j] = (!Masked || j < w) ? acc[j] : T(0);
@@ -141,35 +146,52 @@ __attribute__((always_inline)) inline void gather_block(const I* __restrict indi
         prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, width);
         prefetch_row(x + static_cast<int64_t>(indices[e + prefetch + 1]) * F + c0, width);
       }
-      const X* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
-      const X* __restrict q = x + static_cast<int64_t>(indices[e + 1]) * F + c0;
+      const int64_t u = static_cast<int64_t>(indices[e]), t = static_cast<int64_t>(indices[e + 1]);
+      const X* __restrict p = x + u * F + c0;
+      const X* __restrict q = x + t * F + c0;
+      if constexpr (Weighted) {
+        const T wu = wt[u], wq = wt[t];
 #pragma omp simd
-      for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? widen<T>(p[j]) : T(0);
+        for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? wu * widen<T>(p[j]) : T(0);
 #pragma omp simd
-      for (int j = 0; j < W; ++j) b[j] += (!Masked || j < w) ? widen<T>(q[j]) : T(0);
+        for (int j = 0; j < W; ++j) b[j] += (!Masked || j < w) ? wq * widen<T>(q[j]) : T(0);
+      } else {
+#pragma omp simd
+        for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? widen<T>(p[j]) : T(0);
+#pragma omp simd
+        for (int j = 0; j < W; ++j) b[j] += (!Masked || j < w) ? widen<T>(q[j]) : T(0);
+      }
     }
     for (int j = 0; j < W; ++j) a[j] += b[j];
   }
   for (; e < e1; ++e) {
     if (prefetch > 0 && e + prefetch < pf_end)
       prefetch_row(x + static_cast<int64_t>(indices[e + prefetch]) * F + c0, width);
-    const X* __restrict p = x + static_cast<int64_t>(indices[e]) * F + c0;
+    const int64_t u = static_cast<int64_t>(indices[e]);
+    const X* __restrict p = x + u * F + c0;
+    const T wu = Weighted ? wt[u] : T(1);
 #pragma omp simd
-    for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? widen<T>(p[j]) : T(0);
+    for (int j = 0; j < W; ++j) a[j] += (!Masked || j < w) ? (Weighted ? wu * widen<T>(p[j]) : widen<T>(p[j])) : T(0);
   }
   for (int j = 0; j < W; ++j) acc[j] = a[j];
 }
 
-// gather_block with the block's width known at compile time (w == W) or not.
+// gather_block with the block's width known at compile time (w == W) or not, weighted or not.
 template <int W, typename T, typename X, typename I>
 __attribute__((always_inline)) inline void gather(const I* __restrict indices, int64_t e0,
                                                   int64_t e1, const X* __restrict x, int64_t F,
                                                   int64_t c0, int w, int prefetch, int64_t pf_end,
-                                                  T* __restrict acc) {
-  if (w == W)
-    gather_block<W, false, T>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, acc);
-  else
-    gather_block<W, true, T>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, acc);
+                                                  const T* __restrict wt, T* __restrict acc) {
+  if (wt != nullptr) {
+    if (w == W)
+      gather_block<W, false, true, T>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, wt, acc);
+    else
+      gather_block<W, true, true, T>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, wt, acc);
+  } else if (w == W) {
+    gather_block<W, false, false, T>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, wt, acc);
+  } else {
+    gather_block<W, true, false, T>(indices, e0, e1, x, F, c0, w, prefetch, pf_end, wt, acc);
+  }
 }
 
 struct Args {
@@ -177,6 +199,7 @@ struct Args {
   int64_t F;
   int64_t n_self;
   int prefetch;
+  const void* weight = nullptr;  // T [n_src] or null: the weight of each gathered row
   // Source tiling (rows sorted by source id): only column block [c0, c0 + W) and, in row v, the
   // edges [split_lo[v], split_hi[v]) whose sources fall in this pass's tile; `first` starts the
   // sums (self term), `last` applies the scale.
@@ -198,6 +221,7 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
                                                           const X* __restrict self,
                                                           T* __restrict y, T* __restrict scratch) {
   const int64_t F = a.F;
+  const T* __restrict wt = static_cast<const T*>(a.weight);
   alignas(64) T acc[W];
   const int64_t c_begin = a.tiled ? a.c0 : 0;
   const int64_t c_end = a.tiled ? std::min<int64_t>(F, a.c0 + W) : F;
@@ -212,7 +236,7 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
       }
       if (a.first) std::fill(acc, acc + W, T(0));
       else std::memcpy(acc, part, sizeof(T) * w);
-      gather<W, T>(indices, e0, e1, x, F, c0, w, a.prefetch, e1, acc);
+      gather<W, T>(indices, e0, e1, x, F, c0, w, a.prefetch, e1, wt, acc);
       std::memcpy(part, acc, sizeof(T) * w);
       continue;
     }
@@ -230,11 +254,12 @@ __attribute__((always_inline)) inline void run_chunk_body(const Chunk& c, const 
         for (int j = 0; j < w; ++j) acc[j] = out[j];
       } else if (self != nullptr && v < a.n_self) {
         const X* __restrict s = self + v * F + c0;
-        for (int j = 0; j < w; ++j) acc[j] = widen<T>(s[j]);
+        const T wv = wt != nullptr ? wt[v] : T(1);
+        for (int j = 0; j < w; ++j) acc[j] = wv * widen<T>(s[j]);
       } else {
         std::fill(acc, acc + W, T(0));
       }
-      gather<W, T>(indices, e0, e1, x, F, c0, w, a.prefetch, pf_end, acc);
+      gather<W, T>(indices, e0, e1, x, F, c0, w, a.prefetch, pf_end, wt, acc);
       if (scale != nullptr && a.last) {
         const T sv = scale[v];
 #pragma omp simd
@@ -370,35 +395,85 @@ inline int default_block(int64_t F, detail::Isa isa = detail::detect_isa()) {
   return static_cast<int>(w);
 }
 
-// y[v] = scale[v] * (sum_{e in row v} x[indices[e]] + (v < n_self ? self[v] : 0)), v < n_rows.
-// x: [n_src, F] row-major, y: [n_rows, F]; scale and self may be null. Index values must lie in
-// [0, n_src) (the caller checks). X, the stored type of x and self, is T or detail::bf16
-// (bfloat16 rows: half the gathered bytes, accumulated in T).
+// The automatic chunk size: enough chunks for dynamic balance (>= 16 per thread), small enough that
+// a chunk's indices and partial rows stay in L2 across column blocks.
+inline int64_t default_chunk_edges(int64_t n_edges, int64_t n_rows, int threads) {
+  return std::max<int64_t>(256, std::min<int64_t>(16384, (n_edges + n_rows) / (threads * 16) + 1));
+}
+
+// The chunk plan of a CSR with n_rows rows for `threads` threads (chunk_edges <= 0: automatic).
+// It depends only on indptr, so a caller that aggregates over one graph many times builds it once.
+inline std::vector<Chunk> make_plan(const int64_t* indptr, int64_t n_rows, int threads,
+                                    int64_t chunk_edges = 0) {
+  threads = resolve_threads(threads);
+  const int64_t target = chunk_edges > 0 ? chunk_edges
+                                         : default_chunk_edges(indptr[n_rows] - indptr[0], n_rows, threads);
+  int64_t n_pieces = 0;
+  return plan_chunks(indptr, n_rows, target, &n_pieces);
+}
+
+// Whether `plan` is a chunk plan of indptr's n_rows rows (as plan_chunks makes: chunks in row
+// order covering every row once, hub pieces covering their row's edges in order); sets the number
+// of hub pieces. O(number of chunks): a stale plan is refused instead of read out of bounds.
+inline bool check_plan(const int64_t* indptr, int64_t n_rows, const Chunk* plan, int64_t n_chunks,
+                       int64_t* n_pieces) {
+  int64_t row = 0, pieces = 0, edge = indptr[0];
+  for (int64_t k = 0; k < n_chunks; ++k) {
+    const Chunk& c = plan[k];
+    if (c.piece < 0) {
+      if (c.row_begin != row || c.row_end <= c.row_begin || c.row_end > n_rows ||
+          c.edge_begin != indptr[c.row_begin] || c.edge_end != indptr[c.row_end] || edge != c.edge_begin)
+        return false;
+      row = c.row_end;
+      edge = c.edge_end;
+    } else {
+      if (c.piece != pieces || c.row_begin != row || c.row_end != row + 1 || c.edge_begin != edge ||
+          c.edge_end <= c.edge_begin || c.edge_end > indptr[row + 1])
+        return false;
+      ++pieces;
+      edge = c.edge_end;
+      if (edge == indptr[row + 1]) ++row;
+    }
+  }
+  *n_pieces = pieces;
+  return row == n_rows;
+}
+
+// y[v] = scale[v] * (sum_{e in row v} w[u_e] x[u_e] + (v < n_self ? w[v] self[v] : 0)), v < n_rows,
+// u_e = indices[e]. x: [n_src, F] row-major, y: [n_rows, F]; scale, self and weight (w, [n_src])
+// may be null. Index values must lie in [0, n_src) (the caller checks). X, the stored type of x
+// and self, is T or detail::bf16 (bfloat16 rows: half the gathered bytes, accumulated in T).
+// plan: a chunk plan of these rows (make_plan, checked by the caller), or null to build one here.
 template <typename T, typename I, typename X = T>
 void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const X* x, int64_t n_src,
-          int64_t F, const T* scale, const X* self, int64_t n_self, T* y, int threads, Options opt = {}) {
+          int64_t F, const T* scale, const X* self, int64_t n_self, T* y, int threads, Options opt = {},
+          const T* weight = nullptr, const Chunk* plan = nullptr, int64_t n_plan = 0) {
   if (n_rows <= 0) return;
   threads = resolve_threads(threads);
   if (F <= 0) return;
-  const int64_t m = indptr[n_rows] - indptr[0];
-  int64_t target = opt.chunk_edges;
-  if (target <= 0) {
-    // Enough chunks for dynamic balance (>= 16 per thread), small enough that a chunk's indices and
-    // partial rows stay in L2 across column blocks.
-    target = std::max<int64_t>(256, std::min<int64_t>(16384, (m + n_rows) / (threads * 16) + 1));
-  }
+  std::vector<Chunk> own;
   int64_t n_pieces = 0;
-  const std::vector<Chunk> chunks = plan_chunks(indptr, n_rows, target, &n_pieces);
+  if (plan == nullptr) {
+    const int64_t target = opt.chunk_edges > 0
+                               ? opt.chunk_edges
+                               : default_chunk_edges(indptr[n_rows] - indptr[0], n_rows, threads);
+    own = plan_chunks(indptr, n_rows, target, &n_pieces);
+    plan = own.data();
+    n_plan = static_cast<int64_t>(own.size());
+  } else {
+    for (int64_t k = 0; k < n_plan; ++k) n_pieces += plan[k].piece >= 0;
+  }
   std::vector<T> scratch(static_cast<size_t>(n_pieces * F));
   const int block = opt.block > 0 ? opt.block : default_block<T>(F);
   const detail::ChunkFn<T, X, I> fn = detail::pick<T, X, I>(block, detail::detect_isa());
   detail::Args args{indptr, F, self != nullptr ? n_self : 0, opt.prefetch < 0 ? 8 : opt.prefetch};
-  const int64_t n_chunks = static_cast<int64_t>(chunks.size());
+  const int64_t n_chunks = n_plan;
+  args.weight = weight;
   const int tiles = opt.sorted && opt.tiles > 1 ? opt.tiles : 1;
   if (tiles <= 1) {
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (int64_t k = 0; k < n_chunks; ++k)
-      fn(chunks[k], args, indices, x, scale, self, y, scratch.data());
+      fn(plan[k], args, indices, x, scale, self, y, scratch.data());
   } else {
     // All threads sweep one (column block, source tile) at a time, so the tile's rows are shared
     // in the last-level cache; partial sums wait in y (or scratch) between tiles.
@@ -424,31 +499,32 @@ void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const X* x, i
         args.last = t + 1 == tiles;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
         for (int64_t k = 0; k < n_chunks; ++k)
-          fn(chunks[k], args, indices, x, scale, self, y, scratch.data());
+          fn(plan[k], args, indices, x, scale, self, y, scratch.data());
       }
     }
   }
   if (n_pieces == 0) return;
-  // Hub rows: y[r] = scale * (sum of piece partials + self).
+  // Hub rows: y[r] = scale * (sum of piece partials + w[r] self).
   std::vector<int64_t> first;  // index of the first chunk of each hub row
   for (int64_t k = 0; k < n_chunks; ++k)
-    if (chunks[k].piece >= 0 && (k == 0 || chunks[k - 1].row_begin != chunks[k].row_begin ||
-                                 chunks[k - 1].piece < 0))
+    if (plan[k].piece >= 0 && (k == 0 || plan[k - 1].row_begin != plan[k].row_begin ||
+                                 plan[k - 1].piece < 0))
       first.push_back(k);
   const int64_t n_hubs = static_cast<int64_t>(first.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
   for (int64_t h = 0; h < n_hubs; ++h) {
     const int64_t k0 = first[h];
-    const int64_t r = chunks[k0].row_begin;
+    const int64_t r = plan[k0].row_begin;
     T* out = y + r * F;
-    const T* p0 = scratch.data() + chunks[k0].piece * F;
+    const T* p0 = scratch.data() + plan[k0].piece * F;
     if (self != nullptr && r < n_self) {
-      for (int64_t j = 0; j < F; ++j) out[j] = p0[j] + detail::widen<T>(self[r * F + j]);
+      const T wr = weight != nullptr ? weight[r] : T(1);
+      for (int64_t j = 0; j < F; ++j) out[j] = p0[j] + wr * detail::widen<T>(self[r * F + j]);
     } else {
       std::memcpy(out, p0, sizeof(T) * F);
     }
-    for (int64_t k = k0 + 1; k < n_chunks && chunks[k].piece >= 0 && chunks[k].row_begin == r; ++k) {
-      const T* p = scratch.data() + chunks[k].piece * F;
+    for (int64_t k = k0 + 1; k < n_chunks && plan[k].piece >= 0 && plan[k].row_begin == r; ++k) {
+      const T* p = scratch.data() + plan[k].piece * F;
 #pragma omp simd
       for (int64_t j = 0; j < F; ++j) out[j] += p[j];
     }
