@@ -201,14 +201,16 @@ def dense_flops(n: int, dims: list[int], aggregator: str) -> float:
 
 
 def matmul_rate(n: int, k: int, m: int, dtype: torch.dtype, threads: int, repeats: int = 3) -> float:
-    """GFLOP/s of a plain [n, k] x [k, m] torch matmul in ``dtype`` (best of ``repeats``): the
-    rate that bounds the dense work."""
+    """GFLOP/s of one [n, k] x [k, m] linear map the way the dense work runs it: float32, or
+    under torch's bfloat16 CPU autocast (as ``--precision bf16``); best of ``repeats``. The rate
+    that bounds the dense work."""
     torch.set_num_threads(threads)
-    a, b = torch.randn(n, k).to(dtype), torch.randn(k, m).to(dtype)
+    a, w = torch.randn(n, k), torch.randn(m, k)
     best = float("inf")
     for _ in range(repeats + 1):
         start = time.perf_counter()
-        a @ b
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            F.linear(a, w)
         best = min(best, time.perf_counter() - start)
     return 2.0 * n * k * m / best / 1e9
 
@@ -347,6 +349,8 @@ def main() -> None:
                     failed[lib] = (out.stderr.strip().splitlines() or ["?"])[-1][:80]
                     continue
                 r = json.loads(out.stdout.strip().splitlines()[-1])
+                print(f"  {lib}: epoch {r['epoch_s']:.2f} s (aggregation {r['aggregate_s']:.2f} s)",
+                      file=sys.stderr, flush=True)
                 if lib not in results or r["epoch_s"] < results[lib]["epoch_s"]:
                     results[lib] = {**r, "peak_rss_gb": max(r["peak_rss_gb"],
                                                             results.get(lib, {}).get("peak_rss_gb", 0))}
@@ -372,9 +376,9 @@ def main() -> None:
     flops = dense_flops(n, [args.feat, args.hidden, args.hidden, args.classes], args.aggregator)
     rates = {dt: matmul_rate(n, args.feat, args.hidden, dt, args.threads)
              for dt in (torch.float32, torch.bfloat16)}
-    print(f"\nDense work: {flops / 1e9:.0f} GFLOP per epoch; a plain [{n}, {args.feat}] x "
-          f"[{args.feat}, {args.hidden}] matmul runs at {rates[torch.float32]:.0f} GFLOP/s in float32 "
-          f"and {rates[torch.bfloat16]:.0f} GFLOP/s in bfloat16 here, so the dense floor is "
+    print(f"\nDense work: {flops / 1e9:.0f} GFLOP per epoch; one [{n}, {args.feat}] x "
+          f"[{args.feat}, {args.hidden}] linear map runs at {rates[torch.float32]:.0f} GFLOP/s in float32 "
+          f"and {rates[torch.bfloat16]:.0f} GFLOP/s under bfloat16 autocast here, so the dense floor is "
           f"{flops / rates[torch.float32] / 1e9:.2f} s (float32) and "
           f"{flops / rates[torch.bfloat16] / 1e9:.2f} s (bfloat16). Each line's dense work at "
           f"that rate:")

@@ -3,8 +3,13 @@
     python -m bench.kernels [--graphs R24 P26] [--dim 256] [--threads 2] [--repeats 3]
 
 For each bench graph: forward y = A x (sum over in-neighbours, CSR by destination) and backward
-A^T g, F = --dim float32 columns. Every case is timed in interleaved rounds (minimum kept). Prints
-ms, the speedup over DGL and effective GB/s = (gathered m*F*4 + index bytes + output bytes) / time
+A^T g, F = --dim float32 columns. Every case is timed in interleaved rounds (minimum kept). Lines:
+ours and DGL 1.1.3 on the given order (DGL as a user runs it: default allocator); ours on the
+part's default vertex order (the graph renumbered by the function ``distgnn partition`` uses, as
+one part holds it: the arrays a P = 1 part stores), then also with the rows and CSR on 2 MB pages
+(as ``distgnn train`` loads them); DGL given that order and 2 MB pages (the like-for-like line);
+torch.sparse and PyG. Prints ms, the speedup over DGL as a user runs it and like for like, and
+effective GB/s = (gathered m*F*4 + index bytes + output bytes) / time
 (docs/design.md, section 5), beside a STREAM triad measured in the same run, as a markdown table. Extra
 "ours" rows switch techniques off one at a time, to show which pay here. A case that fails (out of
 memory under --mem-limit-gb) is reported as failed.
@@ -21,6 +26,8 @@ import torch
 from bench.common import interleaved_min, machine_line, markdown_table, stream_triad
 from bench.graphs import bench_graph
 from distgnn import _native, ops
+from distgnn.memory import huge_page_copy
+from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER, block_permutation, relabel_csr
 
 
 def _dgl_cases(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor,
@@ -91,6 +98,19 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
         return {"fwd": lambda: ops.spmm(indptr, indices, x, None, None, threads, graph_sorted, **tuning),
                 "bwd": lambda: ops.spmm(t_indptr, t_indices, g, None, None, threads, True, **tuning)}
 
+    # the default order's arrays (rows ascend in every order), plain and on 2 MB pages
+    perm = block_permutation(ip_np, ix_np, n, DEFAULT_VERTEX_ORDER)
+    o_ip, o_ix = relabel_csr(ip_np, ix_np, perm)
+    o_tip, o_tix = np.empty(n + 1, dtype=np.int64), np.empty_like(o_ix)
+    _native.csr_transpose(o_ip, o_ix, n, o_tip, o_tix)
+    ordered = [torch.from_numpy(a) for a in (o_ip, o_ix, o_tip, o_tix)]
+    huge = [torch.from_numpy(huge_page_copy(a)) for a in (o_ip, o_ix, o_tip, o_tix)]
+    huge_x, huge_g = (torch.from_numpy(huge_page_copy(t.numpy())) for t in (x, g))
+
+    def ours_on(csr, xs: torch.Tensor, gs: torch.Tensor) -> Dict[str, Callable[[], object]]:
+        return {"fwd": lambda: ops.spmm(csr[0], csr[1], xs, None, None, threads, True),
+                "bwd": lambda: ops.spmm(csr[2], csr[3], gs, None, None, threads, True)}
+
     failed: Dict[str, str] = {}
 
     def built(lib: str, make: Callable[[], Dict[str, Callable[[], object]]]) -> Dict[str, Callable[[], object]]:
@@ -101,9 +121,13 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
             return {}
 
     dgl_name, pyg_name = "DGL 1.1.3 update_all(copy_u, sum)", "PyG spmm (torch.sparse CSR adj_t)"
+    like_name = f"DGL 1.1.3, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (like for like)"
     libraries: Dict[str, Dict[str, Callable[[], object]]] = {
         "ours": ours(),
         dgl_name: built(dgl_name, lambda: _dgl_cases(indptr, indices, x, g)),
+        f"ours, order {DEFAULT_VERTEX_ORDER} (a P = 1 part's arrays)": ours_on(ordered, x, g),
+        f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (as distgnn train)": ours_on(huge, huge_x, huge_g),
+        like_name: built(like_name, lambda: _dgl_cases(huge[0], huge[1], huge_x, huge_g)),
         "torch.sparse.mm (CSR)": _torch_sparse_cases(indptr, indices, t_indptr, t_indices, x, g),
         pyg_name: built(pyg_name, lambda: _pyg_cases(indptr, indices, x, g)),
         "ours + source tiling (5 tiles, opt-in)": ours(tiles=5),
@@ -125,6 +149,7 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
     index_bytes = m * indices.element_size() + (n + 1) * 8
     moved = m * dim * 4 + index_bytes + n * dim * 4
     base = {d: best.get(f"{dgl_name}|{d}", float("nan")) for d in ("fwd", "bwd")}
+    like = {d: best.get(f"{like_name}|{d}", float("nan")) for d in ("fwd", "bwd")}
     rows = []
     for lib in libraries:
         row = [name, lib]
@@ -132,9 +157,9 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
             t = best.get(f"{lib}|{d}", float("nan"))
             if f"{lib}|{d}" in failed or f"{lib}|{d}" not in best:
                 why = failed.get(f"{lib}|{d}", "skipped: autograd materialises E x F")
-                row += [why, "-", "-"]
+                row += [why, "-", "-", "-"]
                 continue
-            row += [f"{t * 1e3:.0f}", f"{base[d] / t:.2f}x", f"{moved / t / 1e9:.1f}"]
+            row += [f"{t * 1e3:.0f}", f"{base[d] / t:.2f}x", f"{like[d] / t:.2f}x", f"{moved / t / 1e9:.1f}"]
         rows.append(row)
     return rows
 
@@ -185,13 +210,16 @@ def main() -> None:
                                                                         args.repeats)) + "\n", flush=True)
     for name in args.graphs:  # one table per graph, printed as soon as it is measured
         before = stream_triad(args.threads)
-        only = ["ours", "DGL 1.1.3 update_all(copy_u, sum)"] if args.quick else None
+        only = ["ours", "DGL 1.1.3 update_all(copy_u, sum)",
+                f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (as distgnn train)",
+                f"DGL 1.1.3, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (like for like)"] if args.quick else None
         rows = bench_graph_kernels(name, args.dim, args.threads, args.repeats, only)
         after = stream_triad(args.threads)
         print(f"{name}: STREAM triad (float32, torch, {args.threads} threads) before/after: "
               f"{before:.1f} / {after:.1f} GB/s\n")
-        print(markdown_table(["graph", "kernel", "fwd ms", "fwd vs DGL", "fwd GB/s", "bwd ms",
-                              "bwd vs DGL", "bwd GB/s"], rows) + "\n", flush=True)
+        print(markdown_table(["graph", "kernel", "fwd ms", "fwd vs DGL", "fwd vs DGL like for like",
+                              "fwd GB/s", "bwd ms", "bwd vs DGL", "bwd vs DGL like for like",
+                              "bwd GB/s"], rows) + "\n", flush=True)
 
 
 if __name__ == "__main__":

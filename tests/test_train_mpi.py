@@ -47,6 +47,21 @@ def train(partdir: Path, parts: int, out: Path, *extra: str, env: dict | None = 
     return proc
 
 
+def train_many(partdir: Path | None, parts: int, runs: dict[Path, tuple]) -> None:
+    """``train(partdir, parts, out, *extra)`` for each ``out: extra`` of ``runs``, in one mpiexec
+    launch (tests/mpi_scripts/train_many.py: the same CLI runs, one after another). With
+    ``partdir`` None, each ``extra`` starts with its own partition folder."""
+    def command(out: Path, extra: tuple) -> list[str]:
+        folder, extra = (extra[0], extra[1:]) if partdir is None else (partdir, extra)
+        return ["train", str(folder), "--out", str(out), "--threads", "1", "--hidden", "16",
+                "--quiet", *map(str, extra)]
+
+    argv = [command(out, extra) for out, extra in runs.items()]
+    proc = mpiexec(parts, str(Path(__file__).parent / "mpi_scripts" / "train_many.py"), json.dumps(argv),
+                   module=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 def losses(run_dir: Path) -> np.ndarray:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return np.array([json.loads(line)["loss"] for line in lines])
@@ -56,36 +71,44 @@ def records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("aggregator", ["mean", "gcn"])
-def test_cd0_equals_single_process(partitions, tmp_path: Path, aggregator: str) -> None:
-    common = ["--algo", "cd-0", "--epochs", str(EPOCHS), "--dropout", "0.5",
-              "--aggregator", aggregator, "--eval-every", "5", "--layers", "2"]
-    runs = {}
+# (graph, aggregator, input cache, apply): layer 0 maps first on the reddit twin (602 -> 16) and
+# aggregates the stored features first on the proteins twin (8 -> 16); auto is root for cd-0
+CD0_CASES = [("reddit", "mean", True, "auto"), ("reddit", "gcn", True, "auto"),
+             ("reddit", "gcn", False, "root"), ("narrow", "mean", False, "root")]
+
+
+@pytest.mark.slow
+def test_cd0_equals_single_process(partitions, narrow_partitions, tmp_path: Path) -> None:
+    """cd-0 (under root, the default) equals one process for P = 2, 3, 4 (dropout 0.5): mean and
+    gcn, layer 0 mapping first (reddit: its rows broadcast) and aggregating the stored features
+    first in training (narrow, cache off), the input cache on and off; losses to 1e-5 relative,
+    weights to 1e-4 of the largest, evaluation equal. One launch per P runs every case."""
+    def extra(case: tuple) -> tuple:
+        graph_kind, aggregator, cache, apply = case
+        layers = ("--layers", "2") if cache else ()
+        return ("--algo", "cd-0", "--apply", apply, "--epochs", EPOCHS, "--dropout", "0.5",
+                "--aggregator", aggregator, "--eval-every", "5", *layers,
+                *(() if cache else ("--no-input-cache",)))
+
+    folders = {"reddit": partitions, "narrow": narrow_partitions}
+    runs = {(case, p): tmp_path / f"{'-'.join(map(str, case))}-p{p}" for case in CD0_CASES for p in (1, 2, 3, 4)}
     for parts in (1, 2, 3, 4):
-        runs[parts] = tmp_path / f"p{parts}"
-        train(partitions[parts], parts, runs[parts], *common)
-    reference = losses(runs[1])
-    assert len(reference) == EPOCHS and reference[-1] < reference[0]
-    ref_model = torch.load(runs[1] / "model.pt", weights_only=False)["model"]
-    largest = max(float(t.abs().max()) for t in ref_model.values())
-    for parts in (2, 3, 4):
-        np.testing.assert_allclose(losses(runs[parts]), reference, rtol=1e-5,
-                                   err_msg=f"P={parts} {aggregator}")
-        model = torch.load(runs[parts] / "model.pt", weights_only=False)["model"]
-        for name, value in model.items():
-            assert float((value - ref_model[name]).abs().max()) <= 1e-4 * largest, (parts, name)
-        summary = json.loads((runs[parts] / "summary.json").read_text())
-        assert summary["num_parts"] == parts and summary["algo"] == "cd-0"
-        for key in ("store", "method", "num_parts", "algo", "epochs", "hyperparameters", "seeds",
-                    "versions", "git_commit", "slurm_job_id", "partition_dir", "replication_factor",
-                    "mean_epoch_time_s", "best_val", "test_at_best_val", "final_test",
-                    "bytes_forward", "bytes_backward", "bytes_gradients", "peak_rss_bytes"):
-            assert key in summary, key
-        assert summary["bytes_forward"] > 0 and summary["bytes_backward"] > 0
-        # exact evaluation: the metric equals the single-process one
-        ref_eval = [r for r in records(runs[1]) if "val" in r]
-        got_eval = [r for r in records(runs[parts]) if "val" in r]
-        assert [r["val"] for r in got_eval] == pytest.approx([r["val"] for r in ref_eval], abs=1e-9)
+        train_many(None, parts, {runs[case, parts]: (folders[case[0]][parts], *extra(case))
+                                 for case in CD0_CASES})
+    for case in CD0_CASES:
+        reference = losses(runs[case, 1])
+        assert len(reference) == EPOCHS and reference[-1] < reference[0], case
+        for parts in (2, 3, 4):
+            _assert_same_training(runs[case, 1], runs[case, parts], f"P={parts} {case}")
+            summary = json.loads((runs[case, parts] / "summary.json").read_text())
+            assert summary["num_parts"] == parts and summary["algo"] == "cd-0"
+            assert summary["apply"] == "root" and summary["hyperparameters"]["apply"] in (case[3], "root")
+            for key in ("store", "method", "num_parts", "algo", "epochs", "hyperparameters", "seeds",
+                        "versions", "git_commit", "slurm_job_id", "partition_dir", "replication_factor",
+                        "mean_epoch_time_s", "best_val", "test_at_best_val", "final_test",
+                        "bytes_forward", "bytes_backward", "bytes_gradients", "peak_rss_bytes"):
+                assert key in summary, key
+            assert summary["bytes_forward"] > 0 and summary["bytes_backward"] > 0
 
 
 def test_delayed_traffic_and_0c(partitions, tmp_path: Path) -> None:
@@ -95,12 +118,14 @@ def test_delayed_traffic_and_0c(partitions, tmp_path: Path) -> None:
     no aggregates (only gradients)."""
     parts, epochs = 3, 10
     bytes_forward, bytes_backward = {}, {}
-    for algo, apply in (("cd-0", "root"), ("cd-0", "replicas"), ("cd-2", "root"), ("cd-3", "root"),
-                        ("cd-3-orig", "replicas"), ("0c", "replicas")):
+    cases = (("cd-0", "root"), ("cd-0", "replicas"), ("cd-2", "root"), ("cd-3", "root"),
+             ("cd-3-orig", "replicas"), ("0c", "replicas"))
+    # every layer aggregates every epoch (no cached layer-0 aggregate), as in DistGNN
+    train_many(partitions[parts], parts, {
+        tmp_path / f"{algo}-{apply}": ("--algo", algo, "--epochs", epochs, "--eval-every", "0",
+                                       "--no-input-cache", "--apply", apply) for algo, apply in cases})
+    for algo, apply in cases:
         run = tmp_path / f"{algo}-{apply}"
-        # every layer aggregates every epoch (no cached layer-0 aggregate), as in DistGNN
-        train(partitions[parts], parts, run, "--algo", algo, "--epochs", str(epochs), "--eval-every", "0",
-              "--no-input-cache", "--apply", apply)
         recs = records(run)
         assert json.loads((run / "summary.json").read_text())["apply"] == apply
         steady = recs[6:]  # past 2r epochs for r <= 3
@@ -125,12 +150,12 @@ def test_input_cache_skips_layer0_exchange_and_keeps_0c_and_cdr_training(partiti
     exchanges only layer 1 (both layers are 16 wide here: half the bytes); 0c and cd-r train as
     without the cache (it serves their exact evaluation only)."""
     parts, epochs = 3, 8
-    for algo in ("cd-0", "0c", "cd-2"):
-        runs = {}
-        for flag in ([], ["--no-input-cache"]):
-            runs[bool(flag)] = tmp_path / f"{algo}{''.join(flag)}"
-            train(partitions[parts], parts, runs[bool(flag)], "--algo", algo, "--epochs", str(epochs),
-                  "--eval-every", "4", *flag)
+    algos, flags = ("cd-0", "0c", "cd-2"), ((), ("--no-input-cache",))
+    train_many(partitions[parts], parts, {
+        tmp_path / f"{algo}{''.join(flag)}": ("--algo", algo, "--epochs", epochs, "--eval-every", "4",
+                                              *flag) for algo in algos for flag in flags})
+    for algo in algos:
+        runs = {bool(flag): tmp_path / f"{algo}{''.join(flag)}" for flag in flags}
         cached, every_epoch = records(runs[False]), records(runs[True])
         np.testing.assert_allclose(losses(runs[False]), losses(runs[True]), rtol=1e-5, err_msg=algo)
         for a, b in zip(cached, every_epoch):
@@ -159,13 +184,16 @@ def test_0c_and_cdr_keep_their_settled_layer0_aggregate(narrow_input_parts, tmp_
     replicas forward bytes are layer 1's 16 columns of 8 + 16; at the root, where layer 0 only
     reduces, the reduce bytes are). cd-2-orig's layer-0 aggregate alternates, so it is unchanged."""
     parts, epochs = 3, 10
-    for algo, apply in (("0c", "auto"), ("cd-2", "replicas"), ("cd-2", "root"), ("cd-2-orig", "auto")):
+    cases = (("0c", "auto"), ("cd-2", "replicas"), ("cd-2", "root"), ("cd-2-orig", "auto"))
+    # (at the root without delayed gradients: bytes_reduce is then forward rows only)
+    train_many(narrow_input_parts, parts, {
+        tmp_path / f"{algo}-{apply}{flag}": (
+            "--algo", algo, "--epochs", epochs, "--eval-every", "5", "--apply", apply,
+            *([flag] if flag else []),
+            *(["--no-delayed-gradients"] if (algo, apply) == ("cd-2", "root") else []))
+        for algo, apply in cases for flag in ("", "--no-input-cache")})
+    for algo, apply in cases:
         runs = {flag: tmp_path / f"{algo}-{apply}{flag}" for flag in ("", "--no-input-cache")}
-        for flag, run in runs.items():
-            # (at the root without delayed gradients: bytes_reduce is then forward rows only)
-            train(narrow_input_parts, parts, run, "--algo", algo, "--epochs", str(epochs),
-                  "--eval-every", "5", "--apply", apply, *([flag] if flag else []),
-                  *(["--no-delayed-gradients"] if (algo, apply) == ("cd-2", "root") else []))
         kept, every = records(runs[""]), records(runs["--no-input-cache"])
         np.testing.assert_array_equal(losses(runs[""]), losses(runs["--no-input-cache"]),
                                       err_msg=f"{algo} {apply}")
@@ -273,41 +301,16 @@ def _assert_same_training(reference: Path, run: Path, label: str) -> None:
     assert [r["val"] for r in got_eval] == pytest.approx([r["val"] for r in ref_eval], abs=1e-9), label
 
 
-# (graph, aggregator, input cache): layer 0 maps first on the reddit twin (602 -> 16) and
-# aggregates the stored features first on the proteins twin (8 -> 16)
-ROOT_CASES = [("reddit", "gcn", False), ("narrow", "mean", False)]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("graph_kind, aggregator, cache", ROOT_CASES)
-def test_cd0_root_equals_single_process(partitions, narrow_partitions, tmp_path: Path,
-                                        graph_kind: str, aggregator: str, cache: bool) -> None:
-    """cd-0 under --apply root equals one process for P = 2, 3, 4 (dropout 0.5): with
-    test_cd0_equals_single_process (reddit, mean and gcn, cache on) this covers mean and gcn, layer
-    0 mapping first (reddit: its rows broadcast) and aggregating the stored features first in
-    training (narrow, cache off), the input cache on and off."""
-    folders = partitions if graph_kind == "reddit" else narrow_partitions
-    common = ["--algo", "cd-0", "--apply", "root", "--epochs", str(EPOCHS), "--dropout", "0.5",
-              "--aggregator", aggregator, "--eval-every", "5",
-              *([] if cache else ["--no-input-cache"])]
-    runs = {p: tmp_path / f"p{p}" for p in (1, 2, 3, 4)}
-    for parts, run in runs.items():
-        train(folders[parts], parts, run, *common)
-    assert losses(runs[1])[-1] < losses(runs[1])[0]
-    for parts in (2, 3, 4):
-        _assert_same_training(runs[1], runs[parts], f"P={parts} {graph_kind} {aggregator} cache={cache}")
-        summary = json.loads((runs[parts] / "summary.json").read_text())
-        assert summary["apply"] == "root" and summary["hyperparameters"]["apply"] == "root"
-
-
 def test_cd0_replicas_equals_root(partitions, tmp_path: Path) -> None:
-    """cd-0 is exact under both apply modes: --apply replicas at P = 3 gives root's training, and
-    its run folder carries the mode."""
-    common = ["--algo", "cd-0", "--epochs", "10", "--eval-every", "5"]
-    train(partitions[3], 3, tmp_path / "root", *common)
-    train(partitions[3], 3, tmp_path / "replicas", *common, "--apply", "replicas")
-    _assert_same_training(tmp_path / "root", tmp_path / "replicas", "replicas vs root")
-    summary = json.loads((tmp_path / "replicas" / "summary.json").read_text())
+    """cd-0 is exact under both apply modes, mean and gcn (whose self term each part's kernel
+    adds at the root only): --apply replicas at P = 3 gives root's training, and its run folder
+    carries the mode."""
+    common = ("--algo", "cd-0", "--epochs", "10", "--eval-every", "5")
+    train_many(partitions[3], 3, {tmp_path / f"{apply}-{agg}": (*common, "--apply", apply, "--aggregator", agg)
+                                  for apply in ("root", "replicas") for agg in ("mean", "gcn")})
+    for agg in ("mean", "gcn"):
+        _assert_same_training(tmp_path / f"root-{agg}", tmp_path / f"replicas-{agg}", f"replicas vs root, {agg}")
+    summary = json.loads((tmp_path / "replicas-mean" / "summary.json").read_text())
     assert summary["apply"] == "replicas"
     from distgnn.train.trainer import default_run_dir
 
@@ -389,13 +392,15 @@ def test_bf16_rows_halve_the_exchange_and_stay_close(partitions, tmp_path: Path)
     """--precision bf16 also gathers and exchanges bfloat16 rows: at P = 3 every training byte
     count is half of float32's (the same rows posted, 2 bytes a value), for cd-0 and for cd-3 under
     root; the losses stay within bfloat16 rounding of float32's and of bf16 at P = 1."""
-    runs = {}
+    cases = [("cd-0", "fp32", 3), ("cd-0", "bf16", 3), ("cd-3", "fp32", 3), ("cd-3", "bf16", 3),
+             ("cd-0", "bf16", 1)]
+    runs = {case: tmp_path / "-".join(map(str, case)) for case in cases}
+    for parts in (3, 1):
+        train_many(partitions[parts], parts, {
+            runs[algo, precision, p]: ("--algo", algo, "--epochs", 8, "--eval-every", 4,
+                                       "--precision", precision)
+            for algo, precision, p in cases if p == parts})
     for algo in ("cd-0", "cd-3"):
-        for precision, parts in (("fp32", 3), ("bf16", 3), ("bf16", 1))[:3 if algo == "cd-0" else 2]:
-            run = tmp_path / f"{algo}-{precision}-{parts}"
-            train(partitions[parts], parts, run, "--algo", algo, "--epochs", "8",
-                  "--eval-every", "4", "--precision", precision)
-            runs[algo, precision, parts] = run
         fp32, bf16 = records(runs[algo, "fp32", 3]), records(runs[algo, "bf16", 3])
         for a, b in zip(fp32, bf16):
             for key in ("bytes_forward", "bytes_backward", "bytes_broadcast", "bytes_reduce"):

@@ -154,7 +154,8 @@ class DelayedLayerState:
 
 
 class DistributedAggregation:
-    """``aggregate(layer, h)`` for the model: local kernel, exchange, degree scaling.
+    """``aggregate(layer, h)`` for the model under ``--apply replicas``: local kernel, exchange,
+    degree scaling (inside the kernel where the degree is final: cd-0, 0c, evaluation).
 
     ``norm`` is ``mean`` or ``gcn``. In training mode the algorithm's exchange runs; in evaluation
     mode (:meth:`evaluation`) the exact exchange runs on ``eval_comm``.
@@ -170,6 +171,9 @@ class DistributedAggregation:
         self.training = True
         self.local_degree = part.local_degree.clamp(min=0).to(torch.float32)
         self.global_degree = part.in_degree_global.to(torch.float32)
+        self.local_scale = ops.row_scale(norm, self.local_degree, torch.float32)
+        self.global_scale = ops.row_scale(norm, self.global_degree, torch.float32)
+        self.root_self_rows = part.num_roots if norm == "gcn" else 0
         self.layers: dict[int, DelayedLayerState] = {}
         #: layers whose input is constant in training (see the module docstring)
         self.constant_layers = frozenset(constant_layers)
@@ -188,17 +192,21 @@ class DistributedAggregation:
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
         if self.training and layer in self.settled:
             return self.settled[layer]
-        p = _LocalSum.apply(h, self.part, self.timers, self.threads)
-        if not self.training:
-            a = _ExactExchange.apply(p, self.part, self.eval_comm, self.timers, "eval")
-            return self._scale(a, h, self.global_degree)
         algo = self.algorithm
-        if not algo.exchange:
-            out = self._scale(p, h, self.local_degree)
-        elif algo.delay == 0:
-            a = _ExactExchange.apply(p, self.part, self.comm, self.timers, "forward")
-            out = self._scale(a, h, self.global_degree)
+        # Exact and local aggregates have a final degree: the kernel scales the partials (and
+        # adds the gcn self term once, at the root, the first n_roots rows, for the exact sum)
+        if not self.training or algo.delay == 0 and algo.exchange:
+            comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
+            p = _LocalSum.apply(h, self.part, self.timers, self.threads, self.global_scale,
+                                self.root_self_rows)
+            out = _ExactExchange.apply(p, self.part, comm, self.timers, kind)
+            if not self.training:
+                return out
+        elif not algo.exchange:
+            out = _LocalSum.apply(h, self.part, self.timers, self.threads, self.local_scale,
+                                  self.part.num_local if self.norm == "gcn" else 0)
         else:
+            p = _LocalSum.apply(h, self.part, self.timers, self.threads)
             a, degree = self._delayed(layer, p)
             out = self._scale(a, h, degree)
         if layer in self.constant_layers and self._can_settle(layer):
