@@ -28,7 +28,9 @@ bit for bit, without the steady-state messages.
 
 Degrees: cd-0 and cd-r divide by the global in-degree, 0c by the local one, cd-r-orig by the local
 one until the vertex's first delivery and the global one after. ``gcn`` adds the vertex's own row
-after the exchange: ``(a + h_v) / (deg + 1)``. Evaluation always uses the exact cd-0 exchange, on
+once: ``(a + h_v) / (deg + 1)``. Where the degree is final before the exchange (cd-0, 0c,
+evaluation) the kernel scales each part's partials and the root adds h_v (docs/design.md,
+section 5), so the exchange sums final rows; cd-r and cd-r-orig scale after it. Evaluation always uses the exact cd-0 exchange, on
 its own communicator, and does not advance the cd-r step counters.
 """
 from __future__ import annotations
