@@ -4,6 +4,7 @@
 # Redo one stage: snakemake -c2 --forcerun <rule>.   Outputs: docs/design.md, section 2.
 from snakemake.utils import min_version, validate
 from distgnn.train.algorithms import ALGO_PATTERN  # the one grammar of algorithm names
+from distgnn.train.config import MODELS
 
 min_version("8.0")
 
@@ -19,7 +20,7 @@ wildcard_constraints:
     method=r"[a-z]+",
     P=r"[1-9][0-9]*",
     k=r"[0-9]+",
-    algo=rf"(?:{ALGO_PATTERN})(?:-root|-replicas)?",  # run folder: algorithm[-apply]
+    algo=rf"(?:(?:{'|'.join(m for m in MODELS if m != 'sage')})-)?(?:{ALGO_PATTERN})(?:-root|-replicas)?",  # run folder: [model-]algorithm[-apply]
 
 
 # train only submits (submitit) and waits: it never becomes a Slurm job itself.

@@ -1,7 +1,12 @@
-"""One training epoch (forward, backward, Adam) of 3-layer GraphSAGE: ours against DGL and PyG.
+"""One training epoch (forward, backward, Adam) of a 3-layer GNN: ours against DGL and PyG.
 
     python -m bench.epoch [--graph R24] [--feat 602] [--classes 41] [--hidden 256] [--threads 2]
-                          [--aggregator mean] [--epochs 3] [--rounds 2]
+                          [--model sage] [--aggregator mean] [--epochs 3] [--rounds 2]
+
+``--model sage`` (GraphSAGE; DGL's and PyG's SAGEConv), ``gcn`` (DGL's GraphConv on the graph with
+self loops, PyG's GCNConv with its normalisation cached) or ``gin`` (DGL's and PyG's GINConv with
+the same two-layer MLP, eps learned); for gcn and gin the lines are ``distgnn train`` and the
+peers (the plain-loop "ours" lines drive GraphSAGE only).
 
 Each library runs in its own process (so peak RSS is its own), with the same graph, features,
 labels, threads and hyperparameters. The "distgnn train" lines are the command itself: the graph
@@ -148,6 +153,8 @@ def build_dgl(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namesp
     dgl = import_dgl()
     n = indptr.numel() - 1
     graph = dgl.graph(("csc", (indptr, indices.long(), torch.empty(0, dtype=torch.int64))), num_nodes=n)
+    if args.model == "gcn":  # GraphConv's D^-1/2 (A + I) D^-1/2 needs the self loops in the graph
+        graph = dgl.add_self_loop(graph)
     graph.create_formats_()
     original = graph.update_all
 
@@ -161,25 +168,48 @@ def build_dgl(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namesp
 
     graph.update_all = update_all
     dims = [args.feat, args.hidden, args.hidden, args.classes]
-    layers = torch.nn.ModuleList(dgl.nn.pytorch.SAGEConv(dims[i], dims[i + 1], args.aggregator)
-                                 for i in range(3))
+    nn = dgl.nn.pytorch
+    if args.model == "gcn":
+        layers = torch.nn.ModuleList(nn.GraphConv(dims[i], dims[i + 1], norm="both") for i in range(3))
+    elif args.model == "gin":
+        layers = torch.nn.ModuleList(nn.GINConv(gin_mlp(dims[i], args.hidden, dims[i + 1]), "sum",
+                                                learn_eps=True) for i in range(3))
+    else:
+        layers = torch.nn.ModuleList(nn.SAGEConv(dims[i], dims[i + 1], args.aggregator)
+                                     for i in range(3))
 
     return layers, lambda x: stacked(layers, x, lambda layer, h: layer(graph, h))
 
 
+def gin_mlp(in_dim: int, hidden: int, out_dim: int) -> torch.nn.Module:
+    """GIN's per-layer MLP, as distgnn's GIN builds it."""
+    return torch.nn.Sequential(torch.nn.Linear(in_dim, hidden), torch.nn.ReLU(),
+                               torch.nn.Linear(hidden, out_dim))
+
+
 def build_pyg(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namespace, clock: Clock):
-    from torch_geometric.nn import SAGEConv
+    from torch_geometric.nn import GCNConv, GINConv, SAGEConv
 
     n = indptr.numel() - 1
     adj_t = torch.sparse_csr_tensor(indptr, indices.long(), torch.ones(indices.numel()), (n, n))
     dims = [args.feat, args.hidden, args.hidden, args.classes]
-    layers = torch.nn.ModuleList(SAGEConv(dims[i], dims[i + 1], aggr=args.aggregator if
-                                          args.aggregator == "mean" else "sum") for i in range(3))
+    if args.model == "gcn":  # normalised adjacency (self loops added) computed once and cached
+        layers = torch.nn.ModuleList(GCNConv(dims[i], dims[i + 1], cached=True) for i in range(3))
+    elif args.model == "gin":
+        layers = torch.nn.ModuleList(GINConv(gin_mlp(dims[i], args.hidden, dims[i + 1]), train_eps=True)
+                                     for i in range(3))
+    else:
+        layers = torch.nn.ModuleList(SAGEConv(dims[i], dims[i + 1], aggr=args.aggregator if
+                                              args.aggregator == "mean" else "sum") for i in range(3))
     for layer in layers:
         original = layer.message_and_aggregate
-        # PyG passes the pair (x_src, x_dst) and aggregates x_src.
-        layer.message_and_aggregate = (lambda adj, x, original=original:
-                                       timed(clock, lambda t: original(adj, (t, x[1])), x[0]))
+        # PyG passes the pair (x_src, x_dst) to SAGEConv and GINConv and aggregates x_src; GCNConv x
+        if args.model == "gcn":
+            layer.message_and_aggregate = (lambda adj, x, original=original:
+                                           timed(clock, lambda t: original(adj, t), x))
+        else:
+            layer.message_and_aggregate = (lambda adj, x, original=original:
+                                           timed(clock, lambda t: original(adj, (t, x[1])), x[0]))
 
     return layers, lambda x: stacked(layers, x, lambda layer, h: layer(h, adj_t))
 
@@ -189,14 +219,17 @@ BUILDERS = {"ours": build_ours, "ours, no input cache": build_ours_every_epoch,
             "ours, bf16 dense": build_ours_bf16}
 
 
-def dense_flops(n: int, dims: list[int], aggregator: str) -> float:
+def dense_flops(n: int, dims: list[int], aggregator: str, model: str = "sage") -> float:
     """Floating-point operations of one epoch's linear layers: per layer 2 n in out per matrix
-    (mean: fc_self and fc_neigh; gcn: fc_neigh) forward, twice that backward (input and weight
-    gradients), layer 0 once (its input needs no gradient)."""
-    mats = 2 if aggregator == "mean" else 1
+    (GraphSAGE mean: fc_self and fc_neigh; its gcn and GCN: one; GIN: its MLP's in x hidden and
+    hidden x out) forward, twice that backward (input and weight gradients), layer 0 once (its
+    input needs no gradient)."""
+    mats = 2 if model == "sage" and aggregator == "mean" else 1
+    hidden = dims[1]
     total = 0.0
     for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
-        total += mats * 2.0 * n * a * b * (2 if i == 0 else 3)
+        products = a * hidden + hidden * b if model == "gin" else mats * a * b
+        total += 2.0 * n * products * (2 if i == 0 else 3)
     return total
 
 
@@ -249,7 +282,9 @@ def run_train(lib: str, partdir: str, args: argparse.Namespace) -> Dict[str, flo
     with tempfile.TemporaryDirectory() as out:
         status = cli_main(["train", partdir, "--out", out, "--epochs", str(args.epochs + 1),
                            "--threads", str(args.threads), "--hidden", str(args.hidden),
-                           "--layers", "3", "--aggregator", args.aggregator, "--dropout", "0.5",
+                           "--layers", "3", "--model", args.model,
+                           *(["--aggregator", args.aggregator] if args.model == "sage" else []),
+                           "--dropout", "0.5",
                            "--lr", "0.01", "--weight-decay", "0", "--eval-every", "0",
                            "--checkpoint-every", "0", "--skip-memory-check", "--quiet",
                            *TRAIN_LIBS[lib]])
@@ -301,6 +336,7 @@ def main() -> None:
     parser.add_argument("--feat", type=int, default=602)
     parser.add_argument("--classes", type=int, default=41)
     parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--model", choices=["sage", "gcn", "gin"], default="sage")
     parser.add_argument("--aggregator", choices=["mean", "gcn"], default="mean")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
@@ -311,6 +347,8 @@ def main() -> None:
                         help="address-space limit per library process (shared machine)")
     parser.add_argument("--child", nargs=2, metavar=("LIB", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.model != "sage":  # the plain-loop lines drive GraphSAGE
+        args.libs = [lib for lib in args.libs if lib in TRAIN_LIBS or lib in ("DGL 1.1.3", DGL_HUGE, "PyG")]
     if args.child:
         print(json.dumps(run_one(args.child[0], args.child[1], args)))
         return
@@ -329,7 +367,8 @@ def main() -> None:
         partdir = str(prepare_part(data, Path(tmp), args.threads)) if set(args.libs) & set(TRAIN_LIBS) else ""
         results: Dict[str, Dict[str, float]] = {}
         forwarded = ["--feat", str(args.feat), "--classes", str(args.classes), "--hidden", str(args.hidden),
-                     "--aggregator", args.aggregator, "--threads", str(args.threads),
+                     "--aggregator", args.aggregator, "--model", args.model,
+                     "--threads", str(args.threads),
                      "--epochs", str(args.epochs)]
         failed: Dict[str, str] = {}
         limit = int(args.mem_limit_gb * 2 ** 30)
@@ -355,7 +394,8 @@ def main() -> None:
                     results[lib] = {**r, "peak_rss_gb": max(r["peak_rss_gb"],
                                                             results.get(lib, {}).get("peak_rss_gb", 0))}
     print(f"Machine: {machine_line(args.threads)}")
-    print(f"3-layer GraphSAGE ({args.aggregator}), hidden {args.hidden}, {args.graph} with {args.feat} "
+    title = {"sage": f"GraphSAGE ({args.aggregator})", "gcn": "GCN", "gin": "GIN"}[args.model]
+    print(f"3-layer {title}, hidden {args.hidden}, {args.graph} with {args.feat} "
           f"random features and {args.classes} classes, float32, Adam; fastest of {args.epochs} epochs "
           f"x {args.rounds} rounds\n")
     base = results.get("DGL 1.1.3", {}).get("epoch_s")
@@ -373,7 +413,8 @@ def main() -> None:
                           "dense s", "peak RSS GB", "once before epoch 1, s"], rows))
     # the dense work's floor: its FLOPs at a plain matmul's rate, measured now
     n = n_vertices
-    flops = dense_flops(n, [args.feat, args.hidden, args.hidden, args.classes], args.aggregator)
+    flops = dense_flops(n, [args.feat, args.hidden, args.hidden, args.classes], args.aggregator,
+                        args.model)
     rates = {dt: matmul_rate(n, args.feat, args.hidden, dt, args.threads)
              for dt in (torch.float32, torch.bfloat16)}
     print(f"\nDense work: {flops / 1e9:.0f} GFLOP per epoch; one [{n}, {args.feat}] x "

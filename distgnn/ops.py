@@ -19,7 +19,7 @@ import torch
 from distgnn import _native
 from distgnn.errors import DistgnnError
 
-NORMS = ("sum", "mean", "gcn")
+NORMS = ("sum", "mean", "gcn", "sym")
 #: instruction sets of the aggregation kernels, narrowest first (native/include/distgnn/aggregate.hpp)
 ISAS = ("base", "avx2", "avx512")
 #: environment variable that runs the kernels with a narrower instruction set than the host's
@@ -141,13 +141,28 @@ def _graph(indptr: Any, indices: Any, threads: int) -> _Graph:
 
 
 def row_scale(norm: str, degree: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
-    """Per-destination scale: None for sum, 1/max(deg, 1) for mean, 1/(deg + 1) for gcn."""
+    """Per-destination scale: None for sum, 1/max(deg, 1) for mean, 1/(deg + 1) for gcn,
+    (deg + 1)^-1/2 for sym (the in-degree side of GCN's D^-1/2 (A + I) D^-1/2)."""
     if norm == "sum":
         return None
     deg = degree.to(dtype)
     if norm == "mean":
         return 1.0 / deg.clamp(min=1)
+    if norm == "sym":
+        return (deg + 1).rsqrt()
     return 1.0 / (deg + 1)
+
+
+def source_weight(norm: str, out_degree: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
+    """Per-source weight of a gathered row: (out_deg + 1)^-1/2 for sym (the out-degree side of
+    D^-1/2 (A + I) D^-1/2, self loop counted), None (1) for every other norm."""
+    if norm != "sym":
+        return None
+    return (out_degree.to(dtype) + 1).rsqrt()
+
+
+#: norms whose aggregate adds each destination's own row (gcn: h_v / (deg + 1); sym: the I of A + I)
+SELF_TERM_NORMS = ("gcn", "sym")
 
 
 def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Optional[torch.Tensor],
@@ -210,25 +225,28 @@ class _Aggregate(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, graph: _Graph, scale: Optional[torch.Tensor], self_rows: int,
-                threads: int, t_graph: Optional[_Graph]) -> torch.Tensor:
+                threads: int, t_graph: Optional[_Graph],
+                weight: Optional[torch.Tensor] = None) -> torch.Tensor:
         ctx.graph, ctx.scale, ctx.self_rows, ctx.threads, ctx.t_graph = graph, scale, self_rows, threads, t_graph
-        ctx.n_src, ctx.x_dtype = x.shape[0], x.dtype
-        return _run(graph, x, scale, None, self_rows, threads)
+        ctx.n_src, ctx.x_dtype, ctx.weight = x.shape[0], x.dtype, weight
+        return _run(graph, x, scale, weight, self_rows, threads)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         if not ctx.needs_input_grad[0]:
-            return (None,) * 6
+            return (None,) * 7
         g = grad.to(ctx.x_dtype) if ctx.x_dtype == torch.bfloat16 else grad  # gradient rows in bfloat16 too
         t_graph = ctx.t_graph if ctx.t_graph is not None else ctx.graph.transpose(ctx.n_src)
-        gx = _run(t_graph, g, None, ctx.scale, ctx.self_rows, ctx.threads)
-        return gx.to(ctx.x_dtype), None, None, None, None, None
+        # the adjoint of diag(s) (A + S) diag(w): diag(w) (A^T + S^T) diag(s)
+        gx = _run(t_graph, g, ctx.weight, ctx.scale, ctx.self_rows, ctx.threads)
+        return gx.to(ctx.x_dtype), None, None, None, None, None, None
 
 
 def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
               degree: Optional[torch.Tensor] = None,
               transpose: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
-              threads: int = 0, self_rows: Optional[int] = None) -> torch.Tensor:
+              threads: int = 0, self_rows: Optional[int] = None,
+              src_degree: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Aggregate source rows into destinations over a CSR by destination, differentiable in ``x``.
 
     ``indptr`` int64 [n_dst + 1], ``indices`` int32/int64 [E] (source ids in [0, n_src)),
@@ -239,9 +257,12 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
     * ``sum``:  y[v] = sum_{u in row v} x[u]
     * ``mean``: y[v] = sum / max(deg[v], 1)
     * ``gcn``:  y[v] = (sum + x[v]) / (deg[v] + 1)   (needs n_src >= n_dst)
+    * ``sym``:  y[v] = (deg[v] + 1)^-1/2 (sum_u (out[u] + 1)^-1/2 x[u] + (deg[v] + 1)^-1/2 x[v]),
+      GCN's D^-1/2 (A + I) D^-1/2 with self loops counted (needs n_src >= n_dst)
 
-    ``degree`` [n_dst] (any numeric dtype) overrides the local row length (e.g. a global degree).
-    ``self_rows`` (gcn): add the self term x[v] to the first ``self_rows`` destinations only
+    ``degree`` [n_dst] (any numeric dtype) overrides the local row length (e.g. a global degree);
+    ``src_degree`` [n_src] (sym) the sources' out-degree counted over this CSR.
+    ``self_rows`` (gcn, sym): add the self term x[v] to the first ``self_rows`` destinations only
     (default all; a part's roots, when the leaves' partials are summed at the root).
     The degree scaling runs inside the kernel, forward and backward (no pass of its own).
     ``transpose``: a stored (t_indptr [n_src + 1], t_indices [E]) CSR by source for backward;
@@ -256,17 +277,25 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
     n_src = x.shape[0]
     if graph.bound > n_src:
         raise DistgnnError(f"aggregate: indices reach source {graph.bound - 1} but x has {n_src} rows")
-    if norm == "gcn" and n_src < graph.n_dst:
-        raise DistgnnError(f"aggregate: gcn needs x.shape[0] >= number of destinations "
+    if norm in SELF_TERM_NORMS and n_src < graph.n_dst:
+        raise DistgnnError(f"aggregate: {norm} needs x.shape[0] >= number of destinations "
                            f"({graph.n_dst}), got {n_src}")
     if degree is not None:
         degree = _as_tensor(degree, "degree")
         if degree.shape != (graph.n_dst,):
             raise DistgnnError(f"aggregate: degree must have shape [{graph.n_dst}], got {tuple(degree.shape)}")
-    scale = row_scale(norm, graph.local_degree if degree is None else degree,
-                      torch.float32 if x.dtype == torch.bfloat16 else x.dtype)
+    dtype = torch.float32 if x.dtype == torch.bfloat16 else x.dtype
+    scale = row_scale(norm, graph.local_degree if degree is None else degree, dtype)
+    weight = None
+    if norm == "sym":
+        if src_degree is None:
+            src_degree = torch.bincount(graph.indices.long(), minlength=n_src)
+        src_degree = _as_tensor(src_degree, "src_degree")
+        if src_degree.shape != (n_src,):
+            raise DistgnnError(f"aggregate: src_degree must have shape [{n_src}], got {tuple(src_degree.shape)}")
+        weight = source_weight(norm, src_degree, dtype)
     n_self = 0
-    if norm == "gcn":
+    if norm in SELF_TERM_NORMS:
         n_self = graph.n_dst if self_rows is None else int(self_rows)
         if not 0 <= n_self <= graph.n_dst:
             raise DistgnnError(f"aggregate: self_rows must lie in [0, {graph.n_dst}], got {self_rows}")
@@ -282,7 +311,7 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
         if t_graph.bound > graph.n_dst:
             raise DistgnnError(f"aggregate: transpose indices reach destination {t_graph.bound - 1} "
                                f"but the graph has {graph.n_dst}")
-    return _Aggregate.apply(x, graph, scale, n_self, threads, t_graph)
+    return _Aggregate.apply(x, graph, scale, n_self, threads, t_graph, weight)
 
 
 class _Dropout(torch.autograd.Function):

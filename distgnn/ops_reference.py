@@ -13,19 +13,23 @@ _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def aggregate(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, norm: str = "sum",
-              degree: Optional[torch.Tensor] = None, self_rows: Optional[int] = None) -> torch.Tensor:
+              degree: Optional[torch.Tensor] = None, self_rows: Optional[int] = None,
+              src_degree: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Same contract as :func:`distgnn.ops.aggregate`, via index_add_ (differentiable in x)."""
     n_dst = indptr.numel() - 1
     local = indptr[1:] - indptr[:-1]
     dst = torch.repeat_interleave(torch.arange(n_dst), local)
+    if norm == "sym":  # D^-1/2 (A + I) D^-1/2, self loops counted on both sides
+        out = torch.bincount(indices.long(), minlength=x.shape[0]) if src_degree is None else src_degree
+        x = x / (out.to(x.dtype) + 1).sqrt().unsqueeze(1)
     y = torch.zeros(n_dst, x.shape[1], dtype=x.dtype).index_add(0, dst, x[indices.long()])
     deg = (local if degree is None else degree).to(x.dtype).unsqueeze(1)
     if norm == "mean":
         y = y / deg.clamp(min=1)
-    elif norm == "gcn":
+    elif norm in ("gcn", "sym"):
         k = n_dst if self_rows is None else self_rows
         own = torch.cat([x[:k], x.new_zeros((n_dst - k, x.shape[1]))])
-        y = (y + own) / (deg + 1)
+        y = (y + own) / ((deg + 1) if norm == "gcn" else (deg + 1).sqrt())
     return y
 
 

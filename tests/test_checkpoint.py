@@ -45,3 +45,11 @@ def test_other_hyperparameters_are_refused(tmp_path: Path) -> None:
     make(tmp_path, 5, manifest=True)
     with pytest.raises(DistgnnError, match="lr=0.01"):
         ckpt.newest_checkpoint(tmp_path, {**HYPER, "lr": 0.1})
+
+
+def test_a_checkpoint_from_before_models_resumes_graphsage_only(tmp_path: Path) -> None:
+    """A manifest without ``model`` was made by GraphSAGE: it resumes a sage run and refuses gcn."""
+    make(tmp_path, 4, manifest=True)  # HYPER has no "model"
+    assert ckpt.newest_checkpoint(tmp_path, {**HYPER, "model": "sage"})[0] == 4
+    with pytest.raises(DistgnnError, match="model='sage', not 'gcn'"):
+        ckpt.newest_checkpoint(tmp_path, {**HYPER, "model": "gcn"})

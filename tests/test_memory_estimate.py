@@ -76,3 +76,18 @@ def test_apply_at_root_keeps_dense_rows_for_roots_only():
     one = shape(parts=1, leaves=0, split=0)
     assert estimate_shape(one, 3, 256, "cd-0", apply="root").total == \
         estimate_shape(one, 3, 256, "cd-0", apply="replicas").total
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn", "gin"])
+def test_widths_and_parameters_follow_the_model(name: str) -> None:
+    """Each model's parameter count equals its module's; GIN aggregates at its input width (its
+    MLP is not linear) and keeps more activations than GCN at the same widths."""
+    from distgnn.models import build_model
+
+    model = build_model(name, 602, 256, 41, 3)
+    assert num_parameters(602, 256, 41, 3, name) == sum(p.numel() for p in model.parameters())
+    aggregated = [a for _, _, a in layer_widths(602, 256, 41, 3, name)]
+    assert aggregated == ([602, 256, 256] if name == "gin" else [256, 256, 41])
+    if name == "gin":
+        assert (estimate_shape(shape(), 3, 256, "cd-0", model="gin").activations
+                > estimate_shape(shape(), 3, 256, "cd-0", model="gcn").activations)

@@ -1,4 +1,5 @@
-"""GraphSAGE (distgnn.models) against DGL 1.1.3's SAGEConv: same weights, outputs and gradients."""
+"""The built-in models (distgnn.models) against DGL 1.1.3's SAGEConv, GraphConv and GINConv: same
+weights, outputs and gradients."""
 from __future__ import annotations
 
 import pytest
@@ -22,24 +23,19 @@ def _agg(indptr: torch.Tensor, indices: torch.Tensor, norm: str):
     return lambda h: ops.aggregate(indptr, indices, h, norm)
 
 
-@pytest.mark.parametrize("in_dim,out_dim", [(24, 8), (8, 24)])  # linear before / after aggregation
-@pytest.mark.parametrize("aggregator", ["mean", "gcn"])
-def test_layer_equals_dgl_sageconv(aggregator: str, in_dim: int, out_dim: int) -> None:
-    dgl_nn = import_dgl().nn.pytorch
-    indptr, indices = power_law_graph(N, N, 1500, seed=in_dim)  # has empty rows
-    torch.manual_seed(0)
-    ours = SAGELayer(in_dim, out_dim, aggregator).double()
-    theirs = dgl_nn.SAGEConv(in_dim, out_dim, aggregator).double()
-    with torch.no_grad():  # non-zero biases so they are compared too
-        for p in ours.parameters():
+def _copy_uniform(module: torch.nn.Module) -> None:
+    with torch.no_grad():  # non-zero biases and eps so they are compared too
+        for p in module.parameters():
             p.uniform_(-1, 1)
+
+
+def _compare_layer(ours: torch.nn.Module, theirs: torch.nn.Module, g, aggregate, in_dim: int) -> None:
+    """Same state dict, outputs, input gradient and parameter gradients (float64)."""
     missing = theirs.load_state_dict(ours.state_dict(), strict=True)
     assert not missing.missing_keys and not missing.unexpected_keys
-    assert ours.lin_before_mp == (in_dim > out_dim)
     x = torch.randn(N, in_dim, dtype=torch.float64, requires_grad=True)
     x2 = x.detach().clone().requires_grad_(True)
-    y = ours(x, _agg(indptr, indices, aggregator))
-    y_dgl = theirs(_dgl_graph(indptr, indices), x2)
+    y, y_dgl = ours(x, aggregate), theirs(g, x2)
     torch.testing.assert_close(y, y_dgl)
     grad = torch.randn_like(y)
     y.backward(grad)
@@ -48,6 +44,19 @@ def test_layer_equals_dgl_sageconv(aggregator: str, in_dim: int, out_dim: int) -
     ours_grads = {k: p.grad for k, p in ours.named_parameters()}
     for k, p in theirs.named_parameters():
         torch.testing.assert_close(ours_grads[k], p.grad, msg=k)
+
+
+@pytest.mark.parametrize("in_dim,out_dim", [(24, 8), (8, 24)])  # linear before / after aggregation
+@pytest.mark.parametrize("aggregator", ["mean", "gcn"])
+def test_layer_equals_dgl_sageconv(aggregator: str, in_dim: int, out_dim: int) -> None:
+    dgl_nn = import_dgl().nn.pytorch
+    indptr, indices = power_law_graph(N, N, 1500, seed=in_dim)  # has empty rows
+    torch.manual_seed(0)
+    ours = SAGELayer(in_dim, out_dim, aggregator).double()
+    theirs = dgl_nn.SAGEConv(in_dim, out_dim, aggregator).double()
+    _copy_uniform(ours)
+    assert ours.lin_before_mp == (in_dim > out_dim)
+    _compare_layer(ours, theirs, _dgl_graph(indptr, indices), _agg(indptr, indices, aggregator), in_dim)
 
 
 @pytest.mark.parametrize("aggregator", ["mean", "gcn"])
@@ -118,3 +127,67 @@ def test_precomputed_input_aggregate_gives_the_same_model(aggregator: str, in_di
         torch.testing.assert_close(p.grad, plain[k], msg=k)
     with pytest.raises(Exception, match="constant input"):
         model(x.clone().requires_grad_(True), aggregate, x_aggregate=cached)
+
+
+@pytest.mark.parametrize("in_dim,out_dim", [(24, 8), (8, 24)])  # linear before / after aggregation
+def test_gcn_layer_equals_dgl_graphconv_with_self_loops(in_dim: int, out_dim: int) -> None:
+    """D^-1/2 (A + I) D^-1/2 h W + b against GraphConv(norm="both") on add_self_loop(g): the
+    graph is directed (in- and out-degrees differ) and has vertices without in- or out-edges."""
+    dgl = import_dgl()
+    from distgnn.models import GCNLayer
+
+    indptr, indices = power_law_graph(N, N, 1500, seed=in_dim + 1)
+    torch.manual_seed(0)
+    ours = GCNLayer(in_dim, out_dim).double()
+    theirs = dgl.nn.pytorch.GraphConv(in_dim, out_dim, norm="both").double()
+    _copy_uniform(ours)
+    g = dgl.add_self_loop(_dgl_graph(indptr, indices))
+    _compare_layer(ours, theirs, g, _agg(indptr, indices, "sym"), in_dim)
+
+
+def test_gin_layer_equals_dgl_ginconv() -> None:
+    dgl = import_dgl()
+    from distgnn.models import GINLayer
+
+    indptr, indices = power_law_graph(N, N, 1500, seed=3)
+    torch.manual_seed(0)
+    ours = GINLayer(12, 5, 9).double()
+    mlp = torch.nn.Sequential(torch.nn.Linear(12, 9), torch.nn.ReLU(), torch.nn.Linear(9, 5))
+    theirs = dgl.nn.pytorch.GINConv(mlp, "sum", init_eps=0.0, learn_eps=True).double()
+    _copy_uniform(ours)
+    _compare_layer(ours, theirs, _dgl_graph(indptr, indices), _agg(indptr, indices, "sum"), 12)
+
+
+@pytest.mark.parametrize("name", ["gcn", "gin"])
+def test_gcn_and_gin_models_equal_stacks_of_dgl_layers(name: str) -> None:
+    """Three layers with ReLU between, each loading the model's layer state one-to-one; the
+    cached input aggregate gives the same logits (the trainer's input cache)."""
+    dgl = import_dgl()
+    dgl_nn = dgl.nn.pytorch
+    from distgnn.models import build_model
+
+    indptr, indices = power_law_graph(N, N, 1500, seed=11)
+    torch.manual_seed(1)
+    model = build_model(name, 30, 16, 5, layers=3, dropout=0.5).eval()
+    norm = {"gcn": "sym", "gin": "sum"}[name]
+    assert model.norm == norm and model.aggregates_input_first == (name == "gin")
+    g = _dgl_graph(indptr, indices)
+    if name == "gcn":
+        convs = [dgl_nn.GraphConv(a, b, norm="both") for a, b in [(30, 16), (16, 16), (16, 5)]]
+        g = dgl.add_self_loop(g)
+    else:
+        convs = [dgl_nn.GINConv(torch.nn.Sequential(torch.nn.Linear(a, 16), torch.nn.ReLU(),
+                                                    torch.nn.Linear(16, b)), "sum", learn_eps=True)
+                 for a, b in [(30, 16), (16, 16), (16, 5)]]
+    for i, conv in enumerate(convs):
+        conv.load_state_dict({k[len(f"layers.{i}."):]: v for k, v in model.state_dict().items()
+                              if k.startswith(f"layers.{i}.")})
+    x = torch.randn(N, 30)
+    h = x
+    for i, conv in enumerate(convs):
+        h = conv(g, torch.relu(h) if i > 0 else h)
+    aggregate = lambda i, t: ops.aggregate(indptr, indices, t, norm)  # noqa: E731
+    y = model(x, aggregate)
+    torch.testing.assert_close(y, h, rtol=1e-4, atol=1e-5)
+    cached = model(x, aggregate, x_aggregate=ops.aggregate(indptr, indices, x, norm))
+    torch.testing.assert_close(cached, y, rtol=1e-5, atol=1e-6)

@@ -63,7 +63,7 @@ def test_isa_override_and_refusals() -> None:
     assert proc.stdout.strip() in ("base", "native")
 
 
-@pytest.mark.parametrize("norm", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("norm", ["sum", "mean", "gcn", "sym"])
 def test_gradcheck_float64(norm: str, isa: str) -> None:
     indptr, indices = power_law_graph(12, 15, 60, seed=1)
     x = torch.randn(15, 3, dtype=torch.float64, requires_grad=True)
@@ -75,7 +75,7 @@ def test_gradcheck_float64(norm: str, isa: str) -> None:
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("F", [1, 7, 33, 41, 256, 300])
 @pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
-@pytest.mark.parametrize("norm", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("norm", ["sum", "mean", "gcn", "sym"])
 def test_aggregate_matches_reference(norm: str, index_dtype: torch.dtype, F: int, threads: int,
                                      isa: str) -> None:
     indptr, indices = power_law_graph(300, 400, 6000, seed=F + threads, index_dtype=index_dtype)
@@ -223,7 +223,7 @@ def test_dropout_forward_backward() -> None:
 
 
 @pytest.mark.parametrize("F", [7, 41, 64, 256])
-@pytest.mark.parametrize("norm", ["sum", "mean", "gcn"])
+@pytest.mark.parametrize("norm", ["sum", "mean", "gcn", "sym"])
 def test_bf16_rows_sum_in_float32(norm: str, F: int, isa: str) -> None:
     """bfloat16 rows: the result is float32 and equals the float64 reference over the same
     (bfloat16-rounded) rows to float32 rounding, since the kernel widens exactly and sums in
@@ -273,17 +273,21 @@ def test_chunk_plan_is_built_once_and_a_stale_one_refused() -> None:
             ops.spmm(indptr, indices, x.detach(), None, None, 2, plan=stale)
 
 
-@pytest.mark.parametrize("norm", ["mean", "gcn"])
+@pytest.mark.parametrize("norm", ["mean", "gcn", "sym"])
 def test_self_rows_and_fused_scaling_gradcheck(norm: str, isa: str) -> None:
-    """The degree scaling (and gcn's self term on the first self_rows rows only, a part's roots)
-    inside the kernel, forward and backward (the transpose with the scale as row weight)."""
+    """The degree scaling (and the self term on the first self_rows rows only, a part's roots;
+    sym: each source row's weight from a global out-degree) inside the kernel, forward and
+    backward (the transpose with the scale and the weight swapped)."""
     indptr, indices = power_law_graph(14, 18, 70, seed=2)
     x = torch.randn(18, 5, dtype=torch.float64, requires_grad=True)
     degree = torch.randint(0, 9, (14,))
+    src_degree = torch.randint(0, 9, (18,)) if norm == "sym" else None
     for k in (0, 6, 14):
-        fn = lambda t: ops.aggregate(indptr, indices, t, norm, degree=degree, self_rows=k)  # noqa: E731
+        fn = lambda t: ops.aggregate(indptr, indices, t, norm, degree=degree, self_rows=k,  # noqa: E731
+                                     src_degree=src_degree)
         assert torch.autograd.gradcheck(fn, (x,))
-        torch.testing.assert_close(fn(x), ref.aggregate(indptr, indices, x, norm, degree, self_rows=k))
+        torch.testing.assert_close(fn(x), ref.aggregate(indptr, indices, x, norm, degree, self_rows=k,
+                                                        src_degree=src_degree))
     with pytest.raises(DistgnnError, match="self_rows"):
         ops.aggregate(indptr, indices, x, "gcn", self_rows=15)
 

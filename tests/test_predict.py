@@ -69,3 +69,22 @@ def test_bad_layer_and_missing_run_are_one_line(trained, tmp_path) -> None:
     assert not (tmp_path / "x.zarr").exists()
     proc = run_cli("predict", tmp_path / "nothing")
     assert proc.returncode == 2 and "no summary.json" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("model", ["gcn", "gin"])
+def test_predict_rebuilds_gcn_and_gin(trained, tmp_path, model: str) -> None:
+    """A GCN or GIN run's predictions at P = 2 reproduce its final test accuracy, and equal P = 1's."""
+    graph, _, parts = trained
+    run = tmp_path / "run"
+    proc = mpiexec(2, "train", parts[2], "--model", model, "--epochs", "4", "--hidden", "16",
+                   "--threads", "1", "--out", run, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    g = zarr.open_group(str(graph), mode="r")
+    logits = predict(2, run, tmp_path / "p2.zarr")["logits"][:]
+    test = g["test_mask"][:]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["model"] == model
+    assert float((logits[test].argmax(1) == g["label"][:][test]).mean()) == pytest.approx(
+        summary["final_test"], abs=1e-12)
+    one = predict(1, run, tmp_path / "p1.zarr", "--partdir", parts[1])["logits"][:]
+    np.testing.assert_allclose(one, logits, rtol=1e-5, atol=1e-5 * np.abs(logits).max())

@@ -108,9 +108,10 @@ def test_report_tables_and_plots(runs, tmp_path):
         assert split == pytest.approx(s["mean_epoch_time_s"], rel=1e-6)
     md = (out / "summary.md").read_text()
     assert f"# {STORE}" in md and md.count("| libra |") == 9 and md.count("| random |") == 9
-    # every row names its apply mode in its own column
+    # every row names its model (runs without one trained GraphSAGE) and apply mode in columns
     rows = [line for line in md.splitlines() if line.startswith("| libra |") or line.startswith("| random |")]
-    assert all(line.split("|")[4].strip() in ("root", "replicas") for line in rows), rows[0]
+    assert all(line.split("|")[4].strip() == "sage" for line in rows), rows[0]
+    assert all(line.split("|")[5].strip() in ("root", "replicas") for line in rows), rows[0]
     assert "the DistGNN paper's cd-r" in md
     assert "At P = 1 every algorithm is the same computation" in md
     for name in ("epoch_time.png", "test_vs_epoch.png", "test_vs_time.png", "replication.png"):

@@ -319,6 +319,50 @@ def test_cd0_replicas_equals_root(partitions, tmp_path: Path) -> None:
     assert default_run_dir(attrs, "cd-0").name == "cd-0"
 
 
+# (model, graph, input cache, apply): GCN's layer 0 maps first on the reddit twin (602 -> 16) and
+# aggregates the stored features first on the narrow one (8 -> 16); GIN always aggregates first
+MODEL_CASES = [("gcn", "reddit", True, "replicas"), ("gcn", "narrow", False, "root"),
+               ("gin", "reddit", True, "root"), ("gin", "narrow", False, "replicas")]
+
+
+def test_gcn_and_gin_cd0_equal_single_process(partitions, narrow_partitions, tmp_path: Path) -> None:
+    """GCN (D^-1/2 (A + I) D^-1/2 with the global out-degree reduced at load time) and GIN (sum,
+    learned eps) under cd-0 at P = 3 equal one process, under both apply modes, the input cache on
+    and off; cd-5 and 0c run (finite losses; GCN's fall). Run folders and summaries carry the model; --aggregator with
+    another model is refused in one line."""
+    folders = {"reddit": partitions, "narrow": narrow_partitions}
+
+    def extra(case: tuple, parts: int) -> tuple:
+        model, graph_kind, cache, apply = case
+        return (folders[graph_kind][parts], "--model", model, "--algo", "cd-0", "--apply", apply,
+                "--epochs", "10", "--dropout", "0.5", "--eval-every", "5",
+                *(() if cache else ("--no-input-cache",)))
+
+    runs = {(case, p): tmp_path / f"{'-'.join(map(str, case))}-p{p}" for case in MODEL_CASES for p in (1, 3)}
+    train_many(None, 1, {runs[case, 1]: extra(case, 1) for case in MODEL_CASES})
+    delayed = {tmp_path / f"{model}-{algo}": (partitions[3], "--model", model, "--algo", algo,
+                                              "--epochs", "12", "--eval-every", "6")
+               for model in ("gcn", "gin") for algo in ("cd-5", "0c")}
+    train_many(None, 3, {**{runs[case, 3]: extra(case, 3) for case in MODEL_CASES}, **delayed})
+    for case in MODEL_CASES:
+        reference = losses(runs[case, 1])
+        assert reference[-1] < reference[0], case
+        _assert_same_training(runs[case, 1], runs[case, 3], f"P=3 {case}")
+        summary = json.loads((runs[case, 3] / "summary.json").read_text())
+        assert summary["model"] == case[0] and summary["hyperparameters"]["model"] == case[0]
+    for run in delayed:  # GIN's unnormalised sums on this dense twin make its loss noisy
+        values = losses(run)
+        assert len(values) == 12 and np.isfinite(values).all(), run.name
+        assert values[-1] < values[0] or run.name.startswith("gin"), run.name
+    from distgnn.train.trainer import default_run_dir
+
+    attrs = {"store": "s", "method": "libra", "P": 3}
+    assert default_run_dir(attrs, "cd-0", "auto", "gcn").name == "gcn-cd-0"
+    assert default_run_dir(attrs, "0c", "auto", "gin").name == "gin-0c"
+    proc = run_cli("train", partitions[1], "--model", "gcn", "--aggregator", "gcn", "--out", tmp_path / "x")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--aggregator" in proc.stderr
+
+
 def _moving_leaves(folder: Path, parts: int) -> tuple[int, int, int]:
     """(leaves, leaves with local in-edges, leaves with local out-edges) over all parts."""
     import zarr
@@ -410,3 +454,21 @@ def test_bf16_rows_halve_the_exchange_and_stay_close(partitions, tmp_path: Path)
                                    rtol=3e-2)
     np.testing.assert_allclose(losses(runs["cd-0", "bf16", 3]), losses(runs["cd-0", "bf16", 1]),
                                rtol=3e-2)
+
+
+def test_custom_model_example_trains_exactly_at_two_ranks(partitions, tmp_path: Path) -> None:
+    """examples/custom_layer.py (a user's gated layer through distgnn.train_model) under mpiexec:
+    cd-0 at P = 2 has P = 1's losses; the summary names the user's model and the run is
+    refused by distgnn predict in one line."""
+    example = Path(__file__).resolve().parents[1] / "examples" / "custom_layer.py"
+    for parts in (1, 2):
+        proc = mpiexec(parts, str(example), str(partitions[parts]), "--out", str(tmp_path / f"p{parts}"),
+                       "--epochs", "8", module=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "best val" in proc.stdout
+    np.testing.assert_allclose(losses(tmp_path / "p2"), losses(tmp_path / "p1"), rtol=1e-5)
+    assert losses(tmp_path / "p1")[-1] < losses(tmp_path / "p1")[0]
+    summary = json.loads((tmp_path / "p2" / "summary.json").read_text())
+    assert summary["model"] == "custom:GatedSAGE" and summary["num_parts"] == 2
+    proc = run_cli("predict", tmp_path / "p1")
+    assert proc.returncode == 2 and "GatedSAGE" in proc.stderr and proc.stderr.count("\n") == 1

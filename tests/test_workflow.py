@@ -139,6 +139,20 @@ def test_predict_enabled_adds_one_predict_job_per_run(tmp_path):
             "--threads 1 --quiet --layer 0") in proc.stdout
 
 
+def test_model_names_the_run_folders_and_reaches_the_train_command(tmp_path):
+    """train.model gcn: run folders gcn-<algo>[-apply] (the wildcard accepts them, predict finds
+    them), --model gcn on the command and GraphSAGE's --aggregator left out."""
+    config = tiny(train={"algos": ["cd-0", "0c"], "model": "gcn", "apply": "replicas"})
+    config["predict"] = {"enabled": True}
+    proc = snakemake("-n", "-p", cwd=workdir(tmp_path, config))
+    assert proc.returncode == 0, proc.stderr
+    assert "/gcn-cd-0-replicas/summary.json" in proc.stdout and "/gcn-0c/summary.json" in proc.stdout
+    assert "/gcn-cd-0-replicas/predictions.zarr" in proc.stdout
+    commands = [l for l in proc.stdout.splitlines() if "distgnn launch" in l]
+    assert commands and all("--model gcn" in l and "--aggregator" not in l for l in commands)
+    assert any("--algo cd-0 " in l for l in commands) and any("--algo 0c " in l for l in commands)
+
+
 @pytest.mark.slow
 def test_apply_names_the_run_folders_and_reaches_the_train_command(tmp_path):
     """train.apply: replicas gives <algo>-replicas folders where it is not the default (cd-0, cd-2)

@@ -50,7 +50,8 @@ def check_local_memory(args: argparse.Namespace) -> None:
     if not available:
         return
     estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
-                                    input_cache=not args.no_input_cache, apply=args.apply)
+                                    input_cache=not args.no_input_cache, apply=args.apply,
+                                    model=args.model)
     ok, reason = fits(estimates, available)
     if not ok:
         raise DistgnnError(f"{args.partdir}: the run would not fit in memory: {reason} (estimate from "

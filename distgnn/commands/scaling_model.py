@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--edges", type=int)
     pr.add_argument("--feat", type=int)
     pr.add_argument("--classes", type=int)
+    pr.add_argument("--model", choices=("sage", "gcn", "gin"), default="sage",
+                    help="as distgnn train --model: its widths and dense work (default: %(default)s)")
     pr.add_argument("--layers", type=int, default=3)
     pr.add_argument("--hidden", type=int, default=256)
     pr.add_argument("--no-input-cache", action="store_true",
@@ -61,6 +63,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.set_defaults(func=run_predict)
     me = verbs.add_parser("estimate-memory", help="per-rank memory estimate of a run")
     me.add_argument("partdir")
+    me.add_argument("--model", choices=("sage", "gcn", "gin"), default="sage",
+                    help="as distgnn train --model (default: %(default)s)")
     me.add_argument("--layers", type=int, default=3)
     me.add_argument("--hidden", type=int, default=256)
     me.add_argument("--algo", default="cd-0")
@@ -119,7 +123,7 @@ def run_predict(args: argparse.Namespace) -> int:
         net.source += f"; latency {args.latency_us} us"
     if min(args.parts) < 1:
         raise DistgnnError("--parts: every P must be >= 1")
-    rows = speedup_table(graph, ModelShape(args.layers, args.hidden, not args.no_input_cache), costs.scaled(args.compute_speedup),
+    rows = speedup_table(graph, ModelShape(args.layers, args.hidden, not args.no_input_cache, args.model), costs.scaled(args.compute_speedup),
                          law, net, args.algos, sorted(args.parts), args.ranks_per_node, args.apply)
     if args.json:
         print(json.dumps(rows))
@@ -145,7 +149,8 @@ def run_memory(args: argparse.Namespace) -> int:
     from distgnn.train.memory_estimate import estimate_run_memory
 
     estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
-                                    input_cache=not args.no_input_cache, apply=args.apply)
+                                    input_cache=not args.no_input_cache, apply=args.apply,
+                                    model=args.model)
     for e in estimates:
         print(f"rank {e.k}: {e.total / 2**20:,.0f} MiB")
     print(f"max over ranks: {max(e.total for e in estimates) / 2**20:,.0f} MiB")

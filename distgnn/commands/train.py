@@ -10,7 +10,7 @@ from distgnn.commands.ranks import refuse_before_mpi, run_on_ranks
 def add_train_options(p: argparse.ArgumentParser) -> None:
     """The training options shared by ``train`` and ``launch``."""
     from distgnn.train.algorithms import APPLY_MODES
-    from distgnn.train.config import TrainConfig
+    from distgnn.train.config import MODELS, TrainConfig
 
     d = TrainConfig()
     p.add_argument("--algo", default=d.algo,
@@ -18,9 +18,14 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
                         "cd-<r> distgnn's variant that keeps the last delivered remote part between "
                         "deliveries (docs/design.md, section 6; default: %(default)s)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="default: %(default)s")
-    p.add_argument("--layers", type=int, default=d.layers, help="GraphSAGE layers (default: %(default)s)")
-    p.add_argument("--hidden", type=int, default=d.hidden, help="hidden width (default: %(default)s)")
-    p.add_argument("--aggregator", choices=("mean", "gcn"), default=d.aggregator)
+    p.add_argument("--model", choices=MODELS, default=d.model,
+                   help="sage: GraphSAGE; gcn: GCN, D^-1/2 (A + I) D^-1/2; gin: GIN with a learned eps "
+                        "and a two-layer MLP per layer (docs/design.md, \"Models\"; default: %(default)s)")
+    p.add_argument("--layers", type=int, default=d.layers, help="graph layers (default: %(default)s)")
+    p.add_argument("--hidden", type=int, default=d.hidden,
+                   help="hidden width (gin: also each MLP's width; default: %(default)s)")
+    p.add_argument("--aggregator", choices=("mean", "gcn"), default=None,
+                   help=f"GraphSAGE's neighbour normalisation (--model sage only; default: {d.aggregator})")
     p.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate (default: %(default)s)")
     p.add_argument("--dropout", type=float, default=d.dropout, help="default: %(default)s")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="default: %(default)s")
@@ -51,7 +56,8 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
                            default=None, help="cd-<r> under --apply root: copies and remote parts are constants in "
                                 "backward (no backward exchange)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
-                                 "-<apply> when --apply is not the algorithm's default)")
+                                 "-<apply> when --apply is not the algorithm's default, after "
+                                 "<model>- for a model other than sage)")
     p.add_argument("--hang-timeout", type=float, default=d.hang_timeout_s, metavar="S",
                    help="end the job when a rank sends no heartbeat for S seconds (a frozen node), "
                         "naming it; a long epoch whose ranks are alive is never ended (0: off; "
@@ -65,10 +71,15 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace):
+    from distgnn.errors import DistgnnError
     from distgnn.train.config import TrainConfig
 
-    return TrainConfig(algo=args.algo, epochs=args.epochs, layers=args.layers, hidden=args.hidden,
-                       aggregator=args.aggregator, lr=args.lr, dropout=args.dropout,
+    if args.aggregator is not None and args.model != "sage":
+        raise DistgnnError(f"--aggregator is GraphSAGE's option; --model {args.model} has its own "
+                           f"normalisation (drop --aggregator)")
+    return TrainConfig(algo=args.algo, model=args.model, epochs=args.epochs, layers=args.layers,
+                       hidden=args.hidden, aggregator=args.aggregator or TrainConfig.aggregator,
+                       lr=args.lr, dropout=args.dropout,
                        weight_decay=args.weight_decay, seed=args.seed, eval_every=args.eval_every,
                        checkpoint_every=args.checkpoint_every, resume=args.resume,
                        threads=args.threads, memory_check=not args.skip_memory_check,

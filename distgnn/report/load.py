@@ -54,7 +54,8 @@ def run_label(summary: dict[str, Any]) -> str:
     from distgnn.train.algorithms import run_name
 
     # runs from before apply-at-root have no "apply": they ran on the replicas
-    return run_name(str(summary["algo"]), str(summary.get("apply", "replicas")))
+    return run_name(str(summary["algo"]), str(summary.get("apply", "replicas")),
+                    str(summary.get("hyperparameters", {}).get("model", "sage")))
 
 
 def read_summary(path: Path) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from distgnn.train.algorithms import parse_algorithm, steady_start
 #: Epoch-time components of metrics.jsonl, in stacking order; "other" is the rest of the epoch.
 SPLIT_KEYS = ("time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_allreduce_s")
 
-COLUMNS = ("store", "method", "num_parts", "algo", "apply", "replication_factor", "mean_epoch_time_s",
+COLUMNS = ("store", "method", "num_parts", "algo", "model", "apply", "replication_factor", "mean_epoch_time_s",
            *SPLIT_KEYS, "time_other_s", "bytes_forward", "bytes_backward", "bytes_gradients",
            "peak_rss_bytes", "best_val", "test_at_best_val", "final_test", "speedup_vs_p1",
            "epochs", "slurm_job_id")
@@ -47,6 +47,7 @@ def summary_table(runs: list[Run]) -> pd.DataFrame:
         s = run.summary
         row = {k: s.get(k) for k in COLUMNS if k in s}
         row["algo"], row["apply"] = run.key[3], run.apply
+        row["model"] = str(s.get("model", "sage"))  # runs from before --model trained GraphSAGE
         row.update(epoch_split(run))
         rows.append(row)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
@@ -72,7 +73,8 @@ def markdown(table: pd.DataFrame) -> str:
         lines += [f"# {store}", "",
                   "cd-<r>-orig is the DistGNN paper's cd-r; cd-<r> is distgnn's variant (it keeps "
                   "the last delivered remote part between deliveries); a run label ending in "
-                  "-replicas or -root names a non-default apply mode (docs/design.md, section 6).",
+                  "-replicas or -root names a non-default apply mode, one starting with gcn- or "
+                  "gin- the model (docs/design.md, section 6).",
                   "",
                   "Per epoch, steady state (epoch 1 and, for cd-r, the first 2r left out). Times in ms, "
                   "each the max over ranks (so the parts may add up to more than the epoch; "
@@ -83,14 +85,14 @@ def markdown(table: pd.DataFrame) -> str:
                   "between their times there are machine noise. Ranks that share a machine's cores "
                   "(the demo runs P = 4 on 2 cores) cannot go faster than one rank with all of them: "
                   "a speedup below 1 there measures oversubscription, not the algorithm.", "",
-                  "| method | P | algo | apply | repl. factor | epoch ms | aggregate | exchange wait | dense "
+                  "| method | P | algo | model | apply | repl. factor | epoch ms | aggregate | exchange wait | dense "
                   "| allreduce | other | fwd MiB | bwd MiB | grad MiB | peak RSS MiB | best val "
                   "| test @ best val | speedup |",
-                  "|" + "---|" * 18]
+                  "|" + "---|" * 19]
         for _, r in part.iterrows():
             ms = [f"{1e3 * float(r[k]):.1f}" for k in ("mean_epoch_time_s", *SPLIT_KEYS, "time_other_s")]
             lines.append(
-                f"| {r.method} | {r.num_parts} | {r.algo} | {r['apply']} | {float(r.replication_factor):.3f} | "
+                f"| {r.method} | {r.num_parts} | {r.algo} | {r.model} | {r['apply']} | {float(r.replication_factor):.3f} | "
                 + " | ".join(ms)
                 + f" | {_mib(r.bytes_forward)} | {_mib(r.bytes_backward)} | {_mib(r.bytes_gradients)}"
                 f" | {_mib(r.peak_rss_bytes)} | {float(r.best_val):.4f} | {float(r.test_at_best_val):.4f}"

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from distgnn.train.memory_estimate import layer_widths
+from distgnn.train.memory_estimate import layer_widths, num_parameters
 
 
 @dataclass
@@ -37,9 +37,11 @@ class ModelShape:
     #: aggregation and exchange every epoch; 0c and cd-r (not cd-r-orig) do too in steady state
     #: when layer 0 aggregates before its linear map (their own aggregate of the constant input)
     input_cache: bool = True
+    #: sage, gcn or gin (distgnn.models): their widths, aggregation widths and dense work
+    model: str = "sage"
 
     def widths(self, graph: GraphShape) -> list[tuple[int, int, int]]:
-        return layer_widths(graph.feat_dim, self.hidden, graph.num_classes, self.layers)
+        return layer_widths(graph.feat_dim, self.hidden, graph.num_classes, self.layers, self.model)
 
     def aggregated_widths(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1) -> list[int]:
         """Aggregation width of every layer that aggregates in a training epoch of ``algo`` at
@@ -47,9 +49,9 @@ class ModelShape:
         from distgnn.train.algorithms import parse_algorithm
 
         algorithm, widths = parse_algorithm(algo), self.widths(graph)
-        in_dim, out_dim, _ = widths[0]
+        in_dim, _, aggregated = widths[0]
         cached = self.input_cache and (algorithm.trains_with_input_cache(parts)
-                                       or algorithm.keeps_own_input_aggregate(parts, in_dim, out_dim))
+                                       or algorithm.keeps_own_input_aggregate(parts, aggregated == in_dim))
         return [w for _, _, w in widths[1 if cached else 0:]]
 
     def agg_units(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1) -> int:
@@ -57,11 +59,14 @@ class ModelShape:
         return sum(2 * a for a in self.aggregated_widths(graph, algo, parts))
 
     def dense_units(self, graph: GraphShape) -> int:
-        """Width products per vertex per epoch (sum over layers of in x out)."""
+        """Width products per vertex per epoch (sum over layers of in x out; GIN's MLP:
+        in x hidden + hidden x out)."""
+        if self.model == "gin":
+            return sum(i * self.hidden + self.hidden * o for i, o, _ in self.widths(graph))
         return sum(i * o for i, o, _ in self.widths(graph))
 
     def num_parameters(self, graph: GraphShape) -> int:
-        return sum(2 * i * o + o for i, o, _ in self.widths(graph))
+        return num_parameters(graph.feat_dim, self.hidden, graph.num_classes, self.layers, self.model)
 
 
 @dataclass

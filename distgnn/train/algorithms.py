@@ -30,15 +30,13 @@ class Algorithm:
         own layer-0 semantics."""
         return self.exact or parts == 1
 
-    def keeps_own_input_aggregate(self, parts: int, in_dim: int, out_dim: int) -> bool:
+    def keeps_own_input_aggregate(self, parts: int, aggregates_first: bool) -> bool:
         """Whether training at ``parts`` ranks keeps its own layer-0 aggregate of the constant input
-        once it stops changing (0c from the first step, cd-r from step 3r), for a layer 0 mapping
-        ``in_dim`` to ``out_dim`` columns: only when layer 0 aggregates before its linear map (else
-        its aggregate changes with the weights). cd-r-orig's alternates; cd-0 and one rank use the
-        exact cache instead (:meth:`trains_with_input_cache`)."""
-        from distgnn.models import linear_first
-
-        return (parts > 1 and not linear_first(in_dim, out_dim)
+        once it stops changing (0c from the first step, cd-r from step 3r): only when layer 0
+        aggregates the input itself, before any map (``aggregates_first``; else its aggregate
+        changes with the weights). cd-r-orig's alternates; cd-0 and one rank use the exact cache
+        instead (:meth:`trains_with_input_cache`)."""
+        return (parts > 1 and aggregates_first
                 and (not self.exchange or (self.delay > 0 and not self.original)))
 
     @property
@@ -87,13 +85,15 @@ def resolve_apply(apply: str, algorithm: Algorithm) -> str:
     return apply
 
 
-def run_name(algo: str, apply: str = "auto") -> str:
+def run_name(algo: str, apply: str = "auto", model: str = "sage") -> str:
     """Run folder name: the algorithm, plus ``-<apply>`` when ``--apply`` resolves to another mode
     than the algorithm's default (so runs of both modes coexist: ``cd-0``, ``cd-0-replicas``;
-    ``--apply root`` for cd-0 is the default computation and shares ``cd-0``)."""
+    ``--apply root`` for cd-0 is the default computation and shares ``cd-0``), after ``<model>-``
+    for a model other than GraphSAGE (``gcn-cd-0``; a user's model ``custom:Net``: ``Net-cd-0``)."""
+    prefix = "" if model == "sage" else f"{model.split(':')[-1]}-"
     try:
         default = resolve_apply("auto", parse_algorithm(algo))
         resolved = resolve_apply(apply, parse_algorithm(algo))
     except DistgnnError:
-        return algo if apply == "auto" else f"{algo}-{apply}"
-    return algo if resolved == default else f"{algo}-{resolved}"
+        return prefix + (algo if apply == "auto" else f"{algo}-{apply}")
+    return prefix + (algo if resolved == default else f"{algo}-{resolved}")

@@ -75,7 +75,12 @@ def newest_checkpoint(run_dir: Path, hyperparameters: dict[str, Any]) -> tuple[i
         return None
     epoch, folder = complete[-1]
     manifest = json.loads((folder / "manifest.json").read_text())
-    saved = manifest["hyperparameters"]
+    from distgnn.train.config import LATER_HYPERPARAMETERS
+
+    saved = dict(manifest["hyperparameters"])
+    for key, value in LATER_HYPERPARAMETERS.items():  # a checkpoint older than the key meant this
+        if key in hyperparameters:
+            saved.setdefault(key, value)
     differ = sorted(k for k in set(saved) | set(hyperparameters) if saved.get(k) != hyperparameters.get(k))
     if differ:
         key = differ[0]

@@ -11,6 +11,10 @@ from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply
 
 #: dense-work precisions (distgnn/precision.py applies them)
 PRECISIONS = ("fp32", "bf16")
+#: ``--model`` names (distgnn.models.build_model builds them)
+MODELS = ("sage", "gcn", "gin")
+#: keys added to the hyperparameters after checkpoints existed, with the value older ones meant
+LATER_HYPERPARAMETERS = {"model": "sage"}
 
 
 def check_precision(precision: str) -> str:
@@ -27,6 +31,7 @@ class TrainConfig:
     and the workflow run the same experiment."""
 
     algo: str = "cd-0"
+    model: str = "sage"        #: sage (GraphSAGE), gcn or gin (distgnn/models)
     epochs: int = 20
     layers: int = 2
     hidden: int = 64
@@ -56,7 +61,7 @@ class TrainConfig:
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
         ``apply`` as resolved (``root`` or ``replicas``)."""
-        keep = ("algo", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
+        keep = ("algo", "model", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
                 "precision", "delayed_gradients")
         out = {k: v for k, v in asdict(self).items() if k in keep}
         algorithm = parse_algorithm(self.algo)
@@ -86,8 +91,13 @@ def check_config(config: TrainConfig) -> Algorithm:
         raise DistgnnError(f"--layers must be >= 1, got {config.layers}")
     if config.hidden < 1:
         raise DistgnnError(f"--hidden must be >= 1, got {config.hidden}")
+    if config.model not in MODELS and not config.model.startswith("custom:"):
+        raise DistgnnError(f"--model must be one of {', '.join(MODELS)}, got {config.model!r}")
     if config.aggregator not in ("mean", "gcn"):
         raise DistgnnError(f"--aggregator must be mean or gcn, got {config.aggregator}")
+    if config.model != "sage" and config.aggregator != TrainConfig.aggregator:
+        raise DistgnnError(f"--aggregator is GraphSAGE's option; --model {config.model} has its own "
+                           f"normalisation (drop --aggregator)")
     if not 0.0 <= config.dropout < 1.0:
         raise DistgnnError(f"--dropout must lie in [0, 1), got {config.dropout}")
     if not (config.lr > 0.0 and math.isfinite(config.lr)):

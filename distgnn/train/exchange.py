@@ -28,7 +28,9 @@ bit for bit, without the steady-state messages.
 
 Degrees: cd-0 and cd-r divide by the global in-degree, 0c by the local one, cd-r-orig by the local
 one until the vertex's first delivery and the global one after. ``gcn`` adds the vertex's own row
-once: ``(a + h_v) / (deg + 1)``. Where the degree is final before the exchange (cd-0, 0c,
+once: ``(a + h_v) / (deg + 1)``; ``sym`` (GCN) weights each gathered row by its source's
+(out-degree + 1)^-1/2 inside the kernel (global out-degree, 0c: local), adds the own row so
+weighted and scales by (deg + 1)^-1/2; ``sum`` (GIN) does not scale. Where the degree is final before the exchange (cd-0, 0c,
 evaluation) the kernel scales each part's partials and the root adds h_v (docs/design.md,
 section 5), so the exchange sums final rows; cd-r and cd-r-orig scale after it. Evaluation always uses the exact cd-0 exchange, on
 its own communicator, and does not advance the cd-r step counters.
@@ -74,42 +76,63 @@ def delivered(payloads: dict[int, torch.Tensor]) -> dict[int, _Delivered]:
     return {step: _Delivered(rows) for step, rows in payloads.items()}
 
 
-def scale_aggregate(a: torch.Tensor, h: torch.Tensor, degree: torch.Tensor, norm: str) -> torch.Tensor:
+def scale_aggregate(a: torch.Tensor, h: torch.Tensor, degree: torch.Tensor, norm: str,
+                    weight: torch.Tensor | None = None) -> torch.Tensor:
     """The degree scaling of a summed aggregate ``a`` [n, w]: ``mean`` a / max(deg, 1), ``gcn``
-    (a + h) / (deg + 1) with h [n, w] the rows' own layer input; degree float32 [n]."""
+    (a + h) / (deg + 1) with h [n, w] the rows' own layer input, ``sym`` (a + weight h) /
+    (deg + 1)^1/2 (``a`` summed with the sources' weights, ``weight`` float32 [n] the rows' own),
+    ``sum`` a; degree float32 [n]."""
     if norm == "gcn":
         return (a + h) / (degree + 1.0).unsqueeze(1)
+    if norm == "sym":
+        return (a + weight.unsqueeze(1) * h) * (degree + 1.0).rsqrt().unsqueeze(1)
+    if norm == "sum":
+        return a
     return a / degree.clamp(min=1.0).unsqueeze(1)
 
 
+def global_out_degree(part: PartitionData, comm: Communicator) -> torch.Tensor:
+    """Each local vertex's out-degree in the whole graph, int64 [n_k]: every edge lies on one part,
+    so it is the sum of the replicas' local out-degrees (one reduce and broadcast, at load time)."""
+    local = (part.t_indptr[1:] - part.t_indptr[:-1]).to(torch.float64).unsqueeze(1)
+    total = _reduce_broadcast(local, part, comm, "setup", Timers())
+    return total.squeeze(1).round().long()
+
+
 class _LocalSum(torch.autograd.Function):
-    """p[v] = scale[v] * (sum of h[u] over local in-edges u -> v + (v < self_rows ? h[v] : 0))
-    (scale None: the plain sum); backward runs the kernel on the transpose, the scale as weight."""
+    """p[v] = scale[v] * (sum of weight[u] h[u] over local in-edges u -> v
+    + (v < self_rows ? weight[v] h[v] : 0)) (scale, weight None: 1); backward runs the kernel on
+    the transpose with the two swapped."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, part: PartitionData, timers: Timers, threads: int,
-                scale: torch.Tensor | None = None, self_rows: int = 0) -> torch.Tensor:
+                scale: torch.Tensor | None = None, self_rows: int = 0,
+                weight: torch.Tensor | None = None) -> torch.Tensor:
         ctx.part, ctx.timers, ctx.threads, ctx.dtype = part, timers, threads, h.dtype
-        ctx.scale, ctx.self_rows = scale, self_rows
+        ctx.scale, ctx.self_rows, ctx.weight = scale, self_rows, weight
         with timers("aggregate"):
             return ops.weighted_sum(part.indptr, part.indices, h.detach(), scale=scale,
-                                    self_rows=self_rows, threads=threads)
+                                    weight=weight, self_rows=self_rows, threads=threads)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         with ctx.timers("aggregate"):
-            grad_h = transposed_sum(ctx.part, grad, ctx.dtype, ctx.threads, ctx.scale, ctx.self_rows)
-        return grad_h, None, None, None, None, None
+            grad_h = transposed_sum(ctx.part, grad, ctx.dtype, ctx.threads, ctx.scale, ctx.self_rows,
+                                    ctx.weight)
+        return grad_h, None, None, None, None, None, None
 
 
 def transposed_sum(part: PartitionData, grad: torch.Tensor, dtype: torch.dtype, threads: int,
-                   scale: torch.Tensor | None = None, self_rows: int = 0) -> torch.Tensor:
-    """The local sum's backward: the kernel over the transpose (``scale`` of the forward as the
-    weight of each gradient row, the first ``self_rows`` rows' own term), the gradient rows
-    gathered in the forward rows' dtype (bfloat16 rows: bfloat16 gradient rows, float32 sums),
-    returned in it."""
+                   scale: torch.Tensor | None = None, self_rows: int = 0,
+                   weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The local sum's backward, the adjoint of diag(scale) (A + S) diag(weight): the kernel over
+    the transpose with the forward's ``scale`` as the weight of each gradient row and its
+    ``weight`` as the scale, the first ``self_rows`` rows' own term; the gradient rows gathered
+    in the forward rows' dtype (bfloat16 rows: bfloat16 gradient rows, float32 sums), returned
+    in it."""
     return ops.weighted_sum(part.t_indptr, part.t_indices, grad.to(dtype).contiguous(),
-                            weight=scale, self_rows=self_rows, threads=threads).to(dtype)
+                            scale=weight, weight=scale, self_rows=self_rows,
+                            threads=threads).to(dtype)
 
 
 def _reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, kind: str,
@@ -118,7 +141,7 @@ def _reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, 
     if comm.size == 1:
         return x
     with timers("exchange_wait"):
-        direction = (lambda d: None) if kind == "eval" else (lambda d: d)
+        direction = (lambda d: None) if kind in ("eval", "setup") else (lambda d: d)
         received = comm.exchange_rows(x[part.leaf_send.ids], part.leaf_send, part.root_recv, kind,
                                       direction("reduce"))
         total = x.clone()
@@ -159,15 +182,15 @@ class DistributedAggregation:
     """``aggregate(layer, h)`` for the model under ``--apply replicas``: local kernel, exchange,
     degree scaling (inside the kernel where the degree is final: cd-0, 0c, evaluation).
 
-    ``norm`` is ``mean`` or ``gcn``. In training mode the algorithm's exchange runs; in evaluation
+    ``norm``: one of :data:`distgnn.models.NORMS`. In training mode the algorithm's exchange runs; in evaluation
     mode (:meth:`evaluation`) the exact exchange runs on ``eval_comm``.
     """
 
     def __init__(self, part: PartitionData, algorithm: Algorithm, norm: str, comm: Communicator,
                  eval_comm: Communicator, timers: Timers, threads: int = 0,
                  constant_layers: frozenset[int] = frozenset()):
-        if norm not in ("mean", "gcn"):
-            raise ValueError(f"norm must be mean or gcn, got {norm}")
+        if norm not in ops.NORMS:
+            raise ValueError(f"norm must be one of {ops.NORMS}, got {norm}")
         self.part, self.algorithm, self.norm = part, algorithm, norm
         self.comm, self.eval_comm, self.timers, self.threads = comm, eval_comm, timers, threads
         self.training = True
@@ -175,7 +198,15 @@ class DistributedAggregation:
         self.global_degree = part.in_degree_global.to(torch.float32)
         self.local_scale = ops.row_scale(norm, self.local_degree, torch.float32)
         self.global_scale = ops.row_scale(norm, self.global_degree, torch.float32)
-        self.root_self_rows = part.num_roots if norm == "gcn" else 0
+        self_term = norm in ops.SELF_TERM_NORMS
+        self.root_self_rows = part.num_roots if self_term else 0
+        self.local_self_rows = part.num_local if self_term else 0
+        #: sym: each gathered row's source weight, from the global (0c: local) out-degree
+        self.global_weight = self.local_weight = None
+        if norm == "sym":
+            self.local_weight = ops.source_weight(norm, part.t_indptr[1:] - part.t_indptr[:-1],
+                                                  torch.float32)
+            self.global_weight = ops.source_weight(norm, global_out_degree(part, comm), torch.float32)
         self.layers: dict[int, DelayedLayerState] = {}
         #: layers whose input is constant in training (see the module docstring)
         self.constant_layers = frozenset(constant_layers)
@@ -200,15 +231,15 @@ class DistributedAggregation:
         if not self.training or algo.delay == 0 and algo.exchange:
             comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
             p = _LocalSum.apply(h, self.part, self.timers, self.threads, self.global_scale,
-                                self.root_self_rows)
+                                self.root_self_rows, self.global_weight)
             out = _ExactExchange.apply(p, self.part, comm, self.timers, kind)
             if not self.training:
                 return out
         elif not algo.exchange:
             out = _LocalSum.apply(h, self.part, self.timers, self.threads, self.local_scale,
-                                  self.part.num_local if self.norm == "gcn" else 0)
+                                  self.local_self_rows, self.local_weight)
         else:
-            p = _LocalSum.apply(h, self.part, self.timers, self.threads)
+            p = _LocalSum.apply(h, self.part, self.timers, self.threads, None, 0, self.global_weight)
             a, degree = self._delayed(layer, p)
             out = self._scale(a, h, degree)
         if layer in self.constant_layers and self._can_settle(layer):
@@ -245,7 +276,7 @@ class DistributedAggregation:
         return self.algorithm.delay == 0 or self.layers[layer].step >= 3 * self.algorithm.delay
 
     def _scale(self, a: torch.Tensor, h: torch.Tensor, degree: torch.Tensor) -> torch.Tensor:
-        return scale_aggregate(a, h, degree, self.norm)
+        return scale_aggregate(a, h, degree, self.norm, self.global_weight)
 
     def _delayed(self, layer: int, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cd-r and cd-r-orig at this layer's current training step; returns (a, degree)."""

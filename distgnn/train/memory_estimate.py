@@ -95,21 +95,31 @@ def _algo_delay(algo: str) -> tuple[bool, int]:
     return bool(a.exchange), int(a.delay)
 
 
-def layer_widths(feat_dim: int, hidden: int, num_classes: int, layers: int) -> list[tuple[int, int, int]]:
-    """(in, out, aggregation width) per GraphSAGE layer; aggregation runs at the narrower width
-    (fc_neigh before aggregation when it narrows)."""
+def layer_widths(feat_dim: int, hidden: int, num_classes: int, layers: int,
+                 model: str = "sage") -> list[tuple[int, int, int]]:
+    """(in, out, aggregation width) per layer; GraphSAGE and GCN aggregate at the narrower width
+    (their linear map first when it narrows), GIN at its input width (its MLP is not linear)."""
     dims = [feat_dim] + [hidden] * (layers - 1) + [num_classes]
+    if model == "gin":
+        return [(dims[i], dims[i + 1], dims[i]) for i in range(layers)]
     return [(dims[i], dims[i + 1], dims[i + 1] if dims[i] > dims[i + 1] else dims[i]) for i in range(layers)]
 
 
-def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int) -> int:
-    """GraphSAGE-mean parameter count (fc_neigh and fc_self weights, fc_self bias)."""
-    return sum(2 * i * o + o for i, o, _ in layer_widths(feat_dim, hidden, num_classes, layers))
+def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int,
+                   model: str = "sage") -> int:
+    """Parameter count: GraphSAGE-mean (fc_neigh and fc_self weights, fc_self bias; also the
+    estimate for a user's model), GCN (W, b), GIN (the MLP's two linear maps and eps)."""
+    widths = layer_widths(feat_dim, hidden, num_classes, layers, model)
+    if model == "gcn":
+        return sum(i * o + o for i, o, _ in widths)
+    if model == "gin":
+        return sum(i * hidden + hidden + hidden * o + o + 1 for i, o, _ in widths)
+    return sum(2 * i * o + o for i, o, _ in widths)
 
 
 def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int = 0,
                    baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
-                   apply: str = "auto") -> MemoryEstimate:
+                   apply: str = "auto", model: str = "sage") -> MemoryEstimate:
     """The estimate for a part given by its figures (pure arithmetic; see the module docstring)."""
     from distgnn.train.algorithms import parse_algorithm, resolve_apply
 
@@ -119,14 +129,16 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
     at_root = resolve_apply(apply, algorithm) == "root"
     dense = shape.num_roots if at_root and shape.num_roots else n   # rows of the dense work
     exchanges, delay = _algo_delay(algo)
-    widths = layer_widths(shape.feat_dim, hidden, shape.num_classes, layers)
+    widths = layer_widths(shape.feat_dim, hidden, shape.num_classes, layers, model)
     label = n * shape.num_classes * f32 if shape.multilabel else n * i64
     kept = input_cache and not at_root and algorithm.keeps_own_input_aggregate(
-        shape.num_parts, widths[0][0], widths[0][1])
+        shape.num_parts, widths[0][2] == widths[0][0])
     features = (n + dense * (int(input_cache) + int(kept))) * shape.feat_dim * f32 + label + 4 * n
     plans = 2 * shape.num_leaves * i64 if shape.num_parts > 1 else 0
     graph = 2 * (n + 1) * i64 + 2 * m * i32 + 2 * n * i64 + 2 * n * f32 + plans
     saved = sum(SAVED_PER_HIDDEN_LAYER * o for _, o, _ in widths[:-1]) + 2 * shape.num_classes
+    if model == "gin":  # each MLP keeps its input and its hidden layer before and after the ReLU
+        saved += sum(i + 2 * hidden for i, _, _ in widths)
     working = max(WORKING_SET_TENSORS * max(a, o) for _, o, a in widths)
     activations = (dense * saved + n * working) * f32
     exchange = 0
@@ -137,7 +149,7 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
         if delay > 0:
             # R [n_k, w] per layer, plus r steps of each message in flight (1/r of the rows each)
             exchange = sum((n + rows) * a * f32 for _, _, a in widths)
-    params = num_parameters(shape.feat_dim, hidden, shape.num_classes, layers)
+    params = num_parameters(shape.feat_dim, hidden, shape.num_classes, layers, model)
     optimizer = 5 * params * f32
     return MemoryEstimate(k, int(baseline), int(features), int(graph), int(activations),
                           int(exchange), int(optimizer))
@@ -164,23 +176,24 @@ def read_part_shape(partdir: str | os.PathLike, k: int) -> PartShape:
 
 def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden: int, algo: str,
                          baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
-                         apply: str = "auto") -> int:
-    """Estimated peak resident bytes of rank ``k`` training ``partdir`` (GraphSAGE ``layers`` x
+                         apply: str = "auto", model: str = "sage") -> int:
+    """Estimated peak resident bytes of rank ``k`` training ``partdir`` (``model`` ``layers`` x
     ``hidden``, algorithm ``algo``, layer 0's input aggregate cached or not, ``--apply``)."""
     return estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                          input_cache, apply).total
+                          input_cache, apply, model).total
 
 
 def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int, algo: str,
                         baseline: int = DEFAULT_BASELINE_BYTES,
-                        input_cache: bool = True, apply: str = "auto") -> list[MemoryEstimate]:
+                        input_cache: bool = True, apply: str = "auto",
+                        model: str = "sage") -> list[MemoryEstimate]:
     """The estimate of every rank of a run (one per part); ``max(e.total for e in ...)`` is the
     figure to compare with the memory per rank."""
     from distgnn.train.partition_data import read_num_parts
 
     num_parts = read_num_parts(partdir)
     return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                           input_cache, apply)
+                           input_cache, apply, model)
             for k in range(num_parts)]
 
 
@@ -226,13 +239,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algo", default="cd-0")
     p.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
     p.add_argument("--apply", default="auto", help="as distgnn train --apply (default: auto)")
+    p.add_argument("--model", default="sage", help="as distgnn train --model (default: sage)")
     p.add_argument("--measure-baseline", action="store_true", help="measure the interpreter baseline")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     try:
         baseline = measure_baseline() if args.measure_baseline else DEFAULT_BASELINE_BYTES
         estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo, baseline,
-                                        not args.no_input_cache, args.apply)
+                                        not args.no_input_cache, args.apply, args.model)
     except DistgnnError as exc:
         print(f"memory_estimate: error: {exc}", file=sys.stderr)
         return 2

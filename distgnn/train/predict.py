@@ -40,7 +40,8 @@ def read_run(run_dir: Path) -> dict[str, Any]:
 def predict_config(summary: dict[str, Any], threads: int = 0) -> TrainConfig:
     """The run's model settings, with the exact aggregation (cd-0 at the roots) and no memory check."""
     hp = summary["hyperparameters"]
-    return TrainConfig(algo="cd-0", apply="root", epochs=1, layers=hp["layers"], hidden=hp["hidden"],
+    return TrainConfig(algo="cd-0", apply="root", epochs=1, model=hp.get("model", "sage"),
+                       layers=hp["layers"], hidden=hp["hidden"],
                        aggregator=hp["aggregator"], dropout=hp["dropout"], seed=hp["seed"],
                        precision=hp.get("precision", "fp32"), threads=threads, memory_check=False)
 
@@ -56,6 +57,10 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     run_dir = Path(run_dir)
     comm = comm or Communicator()
     summary = read_run(run_dir)
+    model = str(summary["hyperparameters"].get("model", "sage"))
+    if model.startswith("custom:"):
+        raise CollectiveError(f"{run_dir}: trained a user's model ({model[7:]}); distgnn predict "
+                              f"rebuilds the built-in models only (load model.pt into the module)")
     config = predict_config(summary, threads)
     if layer is not None and not 0 <= layer < config.layers - 1:
         raise CollectiveError(f"--layer: expected a hidden layer 0..{config.layers - 2} of this "

@@ -48,7 +48,8 @@ import torch
 
 from distgnn import ops
 from distgnn.comm import Communicator, RowPlan
-from distgnn.train.exchange import _LocalSum, complete_pending, delivered, received, transposed_sum
+from distgnn.train.exchange import (_LocalSum, complete_pending, delivered, global_out_degree, received,
+                                    transposed_sum)
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
 
@@ -203,7 +204,7 @@ class _TableSum(torch.autograd.Function):
         with agg.timers("aggregate"):
             state.table[:h.shape[0]].copy_(h.detach())
             return ops.weighted_sum(part.indptr, part.indices, state.table, scale=agg.scale,
-                                    self_rows=agg.self_rows, threads=agg.threads)
+                                    weight=agg.weight, self_rows=agg.self_rows, threads=agg.threads)
 
     @staticmethod
     def backward(ctx, grad_p: torch.Tensor):
@@ -211,7 +212,7 @@ class _TableSum(torch.autograd.Function):
         part = agg.part
         with agg.timers("aggregate"):
             grad_src = transposed_sum(part, grad_p, state.table.dtype, agg.threads, agg.scale,
-                                      agg.self_rows)
+                                      agg.self_rows, agg.weight)
         grad_h = grad_src[:agg.n_roots]
         if agg.delayed_gradients:
             bins = agg.bins[e % r]
@@ -242,8 +243,8 @@ class RootAggregation:
                  timers: Timers, threads: int = 0,
                  stored_input_layers: frozenset[int] = frozenset(), delay: int = 0,
                  constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False):
-        if norm not in ("mean", "gcn"):
-            raise ValueError(f"norm must be mean or gcn, got {norm}")
+        if norm not in ops.NORMS:
+            raise ValueError(f"norm must be one of {ops.NORMS}, got {norm}")
         self.part, self.norm, self.comm, self.eval_comm = part, norm, comm, eval_comm
         #: the stored features as the kernel gathers them (a bfloat16 copy under --precision bf16)
         self.feat_rows = part.feat
@@ -254,9 +255,13 @@ class RootAggregation:
         self.training = True
         self.n_roots = part.num_roots
         #: float32 [n_k]: every replica's scale of its partials (global in-degree: mean 1/deg,
-        #: gcn 1/(deg + 1)); the gcn self term is added at the roots, the first n_roots rows
+        #: gcn 1/(deg + 1), sym (deg + 1)^-1/2, sum none); the self term (gcn, sym) is added at the
+        #: roots, the first n_roots rows
         self.scale = ops.row_scale(norm, part.in_degree_global, torch.float32)
-        self.self_rows = self.n_roots if norm == "gcn" else 0
+        self.self_rows = self.n_roots if norm in ops.SELF_TERM_NORMS else 0
+        #: sym: float32 [n_k], each gathered row's weight (global out-degree + 1)^-1/2
+        self.weight = (ops.source_weight(norm, global_out_degree(part, comm), torch.float32)
+                       if norm == "sym" else None)
         #: one rank holding every vertex as a root (P = 1): the exchange's copies are skipped
         self.single = comm.size == 1 and part.num_local == self.n_roots
         self.plans = root_plans(part, comm)
@@ -292,7 +297,8 @@ class RootAggregation:
 
     def _local(self, src: torch.Tensor) -> torch.Tensor:
         """This part's scaled partials of every local vertex, [n_k, w], from the source table."""
-        return _LocalSum.apply(src, self.part, self.timers, self.threads, self.scale, self.self_rows)
+        return _LocalSum.apply(src, self.part, self.timers, self.threads, self.scale, self.self_rows,
+                               self.weight)
 
     def feature_aggregate(self) -> torch.Tensor:
         """The exact aggregate of the stored features at the roots, [n_roots, F] (for the input

@@ -26,11 +26,10 @@ from distgnn import ops
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.memory import huge_page_bytes, thp_mode
-from distgnn.models import GraphSAGE
+from distgnn.models import build_model
 from distgnn.precision import dense_autocast, in_dtype, in_float32
 from distgnn.progress import is_quiet
 from distgnn.train import checkpoint as ckpt
-from distgnn.models import linear_first
 from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply, run_name, steady_start
 from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients
 from distgnn.train.exchange import DistributedAggregation
@@ -46,9 +45,10 @@ FAIL_RANK_ENV = "DISTGNN_TEST_FAIL_RANK"    #: test-only: this rank raises ...
 FAIL_EPOCH_ENV = "DISTGNN_TEST_FAIL_EPOCH"  #: ... at this (0-based) epoch (default 0)
 
 
-def default_run_dir(attrs: dict[str, Any], algo: str, apply: str = "auto") -> Path:
+def default_run_dir(attrs: dict[str, Any], algo: str, apply: str = "auto",
+                    model: str = "sage") -> Path:
     return (Path("runs") / str(attrs["store"]) / f"{attrs['method']}-{attrs['P']}"
-            / run_name(algo, apply))
+            / run_name(algo, apply, model))
 
 
 def _peak_rss_bytes() -> int:
@@ -60,8 +60,11 @@ class Trainer:
 
     def __init__(self, partition_dir: str | os.PathLike, config: TrainConfig,
                  run_dir: str | os.PathLike | None = None, comm: Communicator | None = None,
-                 on_epoch: Callable[[dict[str, Any], int], None] | None = None):
-        """``on_epoch(record, epochs)``: called on rank 0 after every epoch (progress output)."""
+                 on_epoch: Callable[[dict[str, Any], int], None] | None = None,
+                 model: torch.nn.Module | None = None):
+        """``on_epoch(record, epochs)``: called on rank 0 after every epoch (progress output).
+        ``model``: a user's module following :mod:`distgnn.models.base` (built on every rank with
+        the same seed, before this call); default: the ``--model`` network of ``config``."""
         self.config = config
         self.on_epoch = on_epoch
         self.algorithm = check_config(config)
@@ -78,7 +81,8 @@ class Trainer:
         self._check_consistency()
         attrs = self.part.attrs
         self.apply = resolve_apply(config.apply, self.algorithm)
-        self.run_dir = Path(run_dir) if run_dir else default_run_dir(attrs, config.algo, config.apply)
+        self.run_dir = Path(run_dir) if run_dir else default_run_dir(attrs, config.algo, config.apply,
+                                                                         config.model)
         self.multilabel = bool(attrs.get("multilabel", False))
         self.num_classes = int(attrs["num_classes"])
         self.timers = Timers()
@@ -86,9 +90,17 @@ class Trainer:
             torch.set_num_threads(config.threads)
         self.eval_comm = self.comm.dup()
         torch.manual_seed(config.seed)
-        self.model = GraphSAGE(self.part.feat.shape[1], config.hidden, self.num_classes,
-                               config.layers, config.aggregator, config.dropout)
-        first = self.model.layers[0]
+        self.user_model = model
+        if model is None and config.model.startswith("custom:"):
+            raise DistgnnError(f"{config.model}: a user's model is trained from Python "
+                               f"(distgnn.train_model), not rebuilt from its name")
+        self.model = model if model is not None else build_model(
+            config.model, self.part.feat.shape[1], config.hidden, self.num_classes, config.layers,
+            config.aggregator, config.dropout)
+        if model is not None and self.comm.size > 1:  # replicas start equal however it was seeded
+            self.model.load_state_dict(self.comm.bcast(self.model.state_dict()))
+        norm = self.model.norm
+        aggregates_first = bool(getattr(self.model, "aggregates_input_first", False))
         #: rows the dense work runs on: this part's roots under apply-at-root (a prefix of the
         #: local ids), every local vertex under replicas
         self.rows = self.part.num_roots if self.apply == "root" else self.part.num_local
@@ -96,9 +108,9 @@ class Trainer:
         if self.apply == "root":
             # layer 0 aggregating first reads the stored features, which every replica has; with
             # the input cache on, cd-r keeps its own aggregate of them once it settles
-            stored = frozenset() if linear_first(first.in_dim, first.out_dim) else frozenset({0})
+            stored = frozenset({0}) if aggregates_first else frozenset()
             self.aggregation = RootAggregation(
-                self.part, config.aggregator, self.comm, self.eval_comm, self.timers,
+                self.part, norm, self.comm, self.eval_comm, self.timers,
                 config.threads, stored, self.algorithm.delay,
                 stored if config.input_cache else frozenset(),
                 resolve_delayed_gradients(config.delayed_gradients, self.algorithm, self.apply))
@@ -106,8 +118,8 @@ class Trainer:
             # layer 0 aggregating first sees the constant features (no dropout before it): with
             # the input cache on, 0c and cd-r keep their own layer-0 aggregate once it settles
             constant = {0} if config.input_cache and self.algorithm.keeps_own_input_aggregate(
-                self.comm.size, first.in_dim, first.out_dim) else set()
-            self.aggregation = DistributedAggregation(self.part, self.algorithm, config.aggregator,
+                self.comm.size, aggregates_first) else set()
+            self.aggregation = DistributedAggregation(self.part, self.algorithm, norm,
                                                       self.comm, self.eval_comm, self.timers,
                                                       config.threads, frozenset(constant))
         if config.precision == "bf16":  # rows gathered and exchanged in bfloat16 (distgnn/precision.py)
@@ -127,7 +139,7 @@ class Trainer:
         self.current_epoch = 0
         self.input_aggregate: torch.Tensor | None = None
         self.input_cache_time_s = 0.0
-        if config.input_cache:
+        if config.input_cache and getattr(self.model, "takes_input_aggregate", False):
             self._cache_input_aggregate()
 
     def _cache_input_aggregate(self) -> None:
@@ -155,7 +167,8 @@ class Trainer:
 
         c = self.config
         mine = estimate_rank_memory(self.partition_dir, self.comm.rank, c.layers, c.hidden, c.algo,
-                                    input_cache=c.input_cache, apply=c.apply)
+                                    input_cache=c.input_cache, apply=c.apply,
+                                    model=c.model if c.model in ("gcn", "gin") else "sage")
         need, available = self.comm.node_sum_and_min(mine, available_memory_bytes())
         ratio, need, available = self.comm.max((need / max(available, 1), need, available))
         if available and ratio > 1.0:
@@ -205,7 +218,9 @@ class Trainer:
         if self.aggregation.training and not self.algorithm.trains_with_input_cache(self.comm.size):
             cached = None
         with dense_autocast(self.config.precision):
-            logits = self.model(self.x, aggregate, dropout, x_aggregate=cached)
+            # a user's model that never takes the input cache need not accept the keyword
+            extra = {} if cached is None else {"x_aggregate": cached}
+            logits = self.model(self.x, aggregate, dropout, **extra)
         return logits.float()
 
     def _train_step(self, epoch: int) -> float:
@@ -451,6 +466,7 @@ class Trainer:
             "method": attrs.get("method"),
             "num_parts": int(attrs.get("P")),
             "algo": self.config.algo,
+            "model": self.config.model,
             "apply": self.apply,
             "epochs": self.config.epochs,
             "hyperparameters": self.config.hyperparameters(),

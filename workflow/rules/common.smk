@@ -50,8 +50,10 @@ def train_options(algo):
     schedule): `apply` as configured (refused at load time where the algorithm cannot run it),
     `delayed_gradients` (when set) for cd-<r> only, the one algorithm it applies to."""
     t = config["train"]
-    flags = ["epochs", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
+    flags = ["model", "epochs", "layers", "hidden", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "checkpoint_every", "precision"]
+    if t.get("model", "sage") == "sage":  # GraphSAGE's option only
+        flags.append("aggregator")
     options = [f"--{f.replace('_', '-')} {t[f]}" for f in flags if f in t]
     if "hang_timeout_s" in t:
         options.append(f"--hang-timeout {t['hang_timeout_s']}")
@@ -77,18 +79,23 @@ def check_apply():
 
 
 def run_files(store, method, P, algo):
-    """A run's outputs; its folder is the algorithm plus -<apply> when train.apply is not auto."""
-    run = run_name(algo, config["train"].get("apply", "auto"))
+    """A run's outputs; its folder is the algorithm plus -<apply> when train.apply is not auto,
+    after <model>- when train.model is not sage."""
+    run = run_name(algo, config["train"].get("apply", "auto"), config["train"].get("model", "sage"))
     return [f"runs/{store}/{method}-{P}/{run}/{name}"
             for name in ("metrics.jsonl", "summary.json", "model.pt")]
 
 
 def algo_of_run(wildcards):
-    """The algorithm of a run folder name (its -root / -replicas suffix removed)."""
+    """The algorithm of a run folder name (its <model>- prefix and -root / -replicas suffix removed)."""
+    name = wildcards.algo
+    model = config["train"].get("model", "sage")
+    if model != "sage" and name.startswith(f"{model}-"):
+        name = name[len(model) + 1:]
     for suffix in ("-root", "-replicas"):
-        if wildcards.algo.endswith(suffix):
-            return wildcards.algo[: -len(suffix)]
-    return wildcards.algo
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def store_runs(wildcards):
@@ -106,8 +113,8 @@ def all_predictions():
     """RUNDIR/predictions.zarr of every run when predict.enabled, else nothing."""
     if not config.get("predict", {}).get("enabled", False):
         return []
-    apply = config["train"].get("apply", "auto")
-    return [f"runs/{store}/{method}-{P}/{run_name(algo, apply)}/predictions.zarr"
+    apply, model = config["train"].get("apply", "auto"), config["train"].get("model", "sage")
+    return [f"runs/{store}/{method}-{P}/{run_name(algo, apply, model)}/predictions.zarr"
             for store in datasets_by_store() for method in config["partition"]["methods"]
             for P in config["partition"]["parts"] for algo in config["train"]["algos"]]
 

@@ -1,5 +1,5 @@
-"""GraphSAGE as a plain module: it is handed its aggregation and dropout, and knows nothing about
-graphs, partitions or MPI.
+"""GraphSAGE (Hamilton et al., 2017) as a plain module: it is handed its aggregation and dropout,
+and knows nothing about graphs, partitions or MPI.
 
 Layer math equals DGL 1.1.3's ``SAGEConv`` (no feat_drop, norm or activation inside the layer):
 
@@ -26,24 +26,12 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from distgnn.errors import DistgnnError
-
-#: aggregate(layer_index, h [n_src, w]) -> [n_dst, w]: the neighbour mean (``mean``) or
-#: (sum + h_v) / (deg + 1) (``gcn``) of the rows of h; destinations are the first n_dst rows.
-AggregateFn = Callable[[int, torch.Tensor], torch.Tensor]
-#: dropout(layer_index, h) -> h: dropout applied to the input of layer ``layer_index`` (>= 1).
-DropoutFn = Callable[[int, torch.Tensor], torch.Tensor]
+from distgnn.models.base import LayerStack, linear_first
 
 AGGREGATORS = ("mean", "gcn")
-
-
-def linear_first(in_dim: int, out_dim: int) -> bool:
-    """Whether a layer mapping ``in_dim`` to ``out_dim`` columns applies its neighbour linear map
-    before aggregating (it narrows the width); otherwise it aggregates its input as it comes."""
-    return in_dim > out_dim
 
 
 class SAGELayer(nn.Module):
@@ -90,39 +78,21 @@ class SAGELayer(nn.Module):
         return self.fc_self(h[: h_neigh.shape[0]]) + h_neigh
 
 
-class GraphSAGE(nn.Module):
-    """``layers`` SAGE layers in_dim -> hidden -> ... -> out_dim, ReLU and dropout between layers.
-
-    ``forward(x, aggregate, dropout=None)``: ``aggregate(i, h)`` performs layer i's neighbour
-    aggregation (its normalisation must match ``aggregator``); ``dropout(i, h)`` is applied to the
-    input of layer i >= 1 (after the ReLU); when None, torch's dropout with probability
-    ``dropout`` is used in training mode. The trainer passes keyed, partition-aware callables."""
+class GraphSAGE(LayerStack):
+    """``layers`` SAGE layers in_dim -> hidden -> ... -> out_dim, ReLU and dropout between layers
+    (the forward pass and its callables: :class:`distgnn.models.base.LayerStack`)."""
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  aggregator: str = "mean", dropout: float = 0.5) -> None:
-        super().__init__()
-        if layers < 1:
-            raise DistgnnError(f"GraphSAGE: layers must be >= 1, got {layers}")
-        if not 0.0 <= dropout < 1.0:
-            raise DistgnnError(f"GraphSAGE: dropout must lie in [0, 1), got {dropout}")
-        dims = [in_dim] + [hidden] * (layers - 1) + [out_dim]
+        super().__init__("GraphSAGE", layers, dropout)
+        dims = self.widths(in_dim, hidden, out_dim, layers)
         self.layers = nn.ModuleList(SAGELayer(dims[i], dims[i + 1], aggregator) for i in range(layers))
         self.aggregator = aggregator
-        self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, aggregate: AggregateFn,
-                dropout: Optional[DropoutFn] = None,
-                x_aggregate: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """x [n, in_dim] -> logits [n_dst, out_dim].
+    @property
+    def norm(self) -> str:
+        return self.aggregator
 
-        ``x_aggregate`` [n_dst, in_dim]: ``aggregate(0, x)`` computed once by the caller (x must not
-        require grad); layer 0 then does no aggregation."""
-        if x_aggregate is not None and x.requires_grad:
-            raise DistgnnError("GraphSAGE: x_aggregate needs constant input features (x requires grad)")
-        h = x
-        for i, layer in enumerate(self.layers):
-            if i > 0:
-                h = F.relu(h)
-                h = dropout(i, h) if dropout is not None else F.dropout(h, self.dropout, self.training)
-            h = layer(h, lambda t, i=i: aggregate(i, t), x_aggregate if i == 0 else None)
-        return h
+    @property
+    def aggregates_input_first(self) -> bool:
+        return not self.layers[0].lin_before_mp

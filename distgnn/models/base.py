@@ -1,0 +1,94 @@
+"""What a model trained by distgnn receives and must declare (docs/design.md, "Models").
+
+A model is a torch module that knows nothing about graphs, partitions or MPI. Its forward is
+``model(x, aggregate, dropout=None, x_aggregate=None) -> logits``:
+
+* ``x`` [n_src, F]: the input features of the rows it computes on (a part's roots under
+  ``--apply root``, every local vertex under ``replicas``; one process: the whole graph);
+* ``aggregate(layer, h [n_src, w]) -> [n_dst, w]``: layer ``layer``'s neighbour aggregation of
+  the rows of h with the normalisation the model declares as ``norm`` (:data:`NORMS`), the
+  destinations being the first n_dst rows of h, exact across parts (or the algorithm's delayed
+  version); differentiable in h;
+* ``dropout(layer, h) -> h``: dropout of layer ``layer``'s input (layer >= 1), keyed by the rows'
+  global ids so that every replica of a vertex drops the same entries; None: the model's own
+  ``F.dropout``;
+* ``x_aggregate`` [n_dst, F]: ``aggregate(0, x)`` computed once by the trainer (the input cache),
+  passed only when the model declares ``takes_input_aggregate``.
+
+Three attributes tell the trainer how to run it:
+
+* ``norm``: ``sum``, ``mean``, ``gcn`` ((sum + h_v) / (deg + 1)) or ``sym`` (D^-1/2 (A + I)
+  D^-1/2, self loops counted), with global degrees;
+* ``aggregates_input_first``: True only when layer 0 calls ``aggregate(0, x)`` on ``x`` itself (no
+  map or dropout before it). The trainer then may cache that aggregate, and under ``--apply root``
+  it aggregates the stored features on every replica instead of broadcasting x. Declaring it for a
+  model that aggregates something else at layer 0 would give wrong results, so the default is
+  False (always correct, a broadcast more);
+* ``takes_input_aggregate``: the forward uses ``x_aggregate`` when given, in place of layer 0's
+  aggregation (the built-in models do: layer 0's map is linear, so aggregating x first gives the
+  same result whichever side the map runs on); default False.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from distgnn.errors import DistgnnError
+
+#: aggregate(layer_index, h [n_src, w]) -> [n_dst, w] (see the module docstring)
+AggregateFn = Callable[[int, torch.Tensor], torch.Tensor]
+#: dropout(layer_index, h) -> h: dropout applied to the input of layer ``layer_index`` (>= 1).
+DropoutFn = Callable[[int, torch.Tensor], torch.Tensor]
+
+#: the normalisations an aggregate callable performs (distgnn.ops.aggregate's ``norm``)
+NORMS = ("sum", "mean", "gcn", "sym")
+
+
+def linear_first(in_dim: int, out_dim: int) -> bool:
+    """Whether a layer mapping ``in_dim`` to ``out_dim`` columns applies its linear map before
+    aggregating (it narrows the width, as DGL's SAGEConv and GraphConv do); otherwise it
+    aggregates its input as it comes."""
+    return in_dim > out_dim
+
+
+class LayerStack(nn.Module):
+    """``layers`` graph layers with ReLU and dropout between them: the forward pass shared by the
+    built-in models. A subclass sets ``self.layers`` (each ``layer(h, aggregate, h_aggregate)``
+    with ``aggregate`` a one-argument callable), ``norm`` and ``aggregates_input_first``."""
+
+    norm: str = "sum"
+    aggregates_input_first: bool = False
+    takes_input_aggregate: bool = True
+
+    def __init__(self, name: str, layers: int, dropout: float) -> None:
+        super().__init__()
+        if layers < 1:
+            raise DistgnnError(f"{name}: layers must be >= 1, got {layers}")
+        if not 0.0 <= dropout < 1.0:
+            raise DistgnnError(f"{name}: dropout must lie in [0, 1), got {dropout}")
+        self.name, self.dropout = name, dropout
+
+    @staticmethod
+    def widths(in_dim: int, hidden: int, out_dim: int, layers: int) -> list[int]:
+        """[in_dim, hidden, ..., hidden, out_dim]: layer i maps widths[i] to widths[i + 1]."""
+        return [in_dim] + [hidden] * (layers - 1) + [out_dim]
+
+    def forward(self, x: torch.Tensor, aggregate: AggregateFn,
+                dropout: Optional[DropoutFn] = None,
+                x_aggregate: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """x [n, in_dim] -> logits [n_dst, out_dim].
+
+        ``x_aggregate`` [n_dst, in_dim]: ``aggregate(0, x)`` computed once by the caller (x must not
+        require grad); layer 0 then does no aggregation."""
+        if x_aggregate is not None and x.requires_grad:
+            raise DistgnnError(f"{self.name}: x_aggregate needs constant input features (x requires grad)")
+        h = x
+        for i, layer in enumerate(self.layers):
+            if i > 0:
+                h = F.relu(h)
+                h = dropout(i, h) if dropout is not None else F.dropout(h, self.dropout, self.training)
+            h = layer(h, lambda t, i=i: aggregate(i, t), x_aggregate if i == 0 else None)
+        return h
