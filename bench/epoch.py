@@ -4,9 +4,11 @@
                           [--model sage] [--aggregator mean] [--epochs 3] [--rounds 2]
 
 ``--model sage`` (GraphSAGE; DGL's and PyG's SAGEConv), ``gcn`` (DGL's GraphConv on the graph with
-self loops, PyG's GCNConv with its normalisation cached) or ``gin`` (DGL's and PyG's GINConv with
-the same two-layer MLP, eps learned); for gcn and gin the lines are ``distgnn train`` and the
-peers (the plain-loop "ours" lines drive GraphSAGE only).
+self loops, PyG's GCNConv with its normalisation cached), ``gin`` (DGL's and PyG's GINConv with
+the same two-layer MLP, eps learned) or ``gat`` (``--heads`` x ``--hidden``; DGL's GATConv on the
+graph with self loops and PyG's GATConv on its edge list, feature and attention dropout
+``--dropout``, ELU between layers, one output head); for models other than sage the lines are
+``distgnn train`` and the peers (the plain-loop "ours" lines drive GraphSAGE only).
 
 Each library runs in its own process (so peak RSS is its own), with the same graph, features,
 labels, threads and hyperparameters. The "distgnn train" lines are the command itself: the graph
@@ -137,14 +139,34 @@ def build_ours_bf16(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.
 
 
 def stacked(layers: torch.nn.ModuleList, x: torch.Tensor,
-            call: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]) -> torch.Tensor:
-    """The baselines' forward: the layers in turn, ReLU and dropout 0.5 between them."""
+            call: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor],
+            dropout: float = 0.5) -> torch.Tensor:
+    """The baselines' forward: the layers in turn, ReLU and dropout between them."""
     h = x
     for i, layer in enumerate(layers):
         if i > 0:
-            h = F.dropout(F.relu(h), 0.5, True)
+            h = F.dropout(F.relu(h), dropout, True)
         h = call(layer, h)
     return h
+
+
+def stacked_gat(layers: torch.nn.ModuleList, x: torch.Tensor,
+                call: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor],
+                dropout: float) -> torch.Tensor:
+    """GAT's forward, as distgnn's GAT runs it: dropout on every layer's input, heads
+    concatenated and ELU between layers, the output layer's one head."""
+    h = x
+    for i, layer in enumerate(layers):
+        out = call(layer, F.dropout(h, dropout, True)).reshape(h.shape[0], -1, layers[i].out_width)
+        h = F.elu(out.flatten(1)) if i < len(layers) - 1 else out.mean(1)
+    return h
+
+
+def gat_widths(args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    """(in, out per head, heads) of each GAT layer."""
+    dims = [args.feat] + [args.hidden * args.heads] * (args.layers - 1)
+    return [(dims[i], args.hidden, args.heads) if i < args.layers - 1 else (dims[i], args.classes, 1)
+            for i in range(args.layers)]
 
 
 def build_dgl(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namespace, clock: Clock):
@@ -153,30 +175,38 @@ def build_dgl(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namesp
     dgl = import_dgl()
     n = indptr.numel() - 1
     graph = dgl.graph(("csc", (indptr, indices.long(), torch.empty(0, dtype=torch.int64))), num_nodes=n)
-    if args.model == "gcn":  # GraphConv's D^-1/2 (A + I) D^-1/2 needs the self loops in the graph
+    if args.model in ("gcn", "gat"):  # GraphConv's A + I; GAT attends to the vertex itself too
         graph = dgl.add_self_loop(graph)
     graph.create_formats_()
     original = graph.update_all
 
     def update_all(message: Any, reduce: Any, *rest: Any, **kw: Any) -> None:
-        src = graph.srcdata["h"]
-        graph.srcdata["h"] = _Mark.apply(src, clock, "in")
+        # the source rows the message reads: copy_u's field, or u_mul_e's (GATConv's 'ft')
+        field = getattr(message, "in_field", None) or getattr(message, "lhs_field")
+        graph.srcdata[field] = _Mark.apply(graph.srcdata[field], clock, "in")
         start = time.perf_counter()
         original(message, reduce, *rest, **kw)
         clock.seconds += time.perf_counter() - start
         graph.dstdata[reduce.out_field] = _Mark.apply(graph.dstdata[reduce.out_field], clock, "out")
 
     graph.update_all = update_all
-    dims = [args.feat, args.hidden, args.hidden, args.classes]
+    dims = [args.feat] + [args.hidden] * (args.layers - 1) + [args.classes]
     nn = dgl.nn.pytorch
+    if args.model == "gat":
+        layers = torch.nn.ModuleList(nn.GATConv(a, b, h, attn_drop=args.dropout)
+                                     for a, b, h in gat_widths(args))
+        for layer, (_, b, _) in zip(layers, gat_widths(args)):
+            layer.out_width = b
+        return layers, lambda x: stacked_gat(layers, x, lambda layer, h: layer(graph, h), args.dropout)
     if args.model == "gcn":
-        layers = torch.nn.ModuleList(nn.GraphConv(dims[i], dims[i + 1], norm="both") for i in range(3))
+        layers = torch.nn.ModuleList(nn.GraphConv(dims[i], dims[i + 1], norm="both")
+                                     for i in range(args.layers))
     elif args.model == "gin":
         layers = torch.nn.ModuleList(nn.GINConv(gin_mlp(dims[i], args.hidden, dims[i + 1]), "sum",
-                                                learn_eps=True) for i in range(3))
+                                                learn_eps=True) for i in range(args.layers))
     else:
         layers = torch.nn.ModuleList(nn.SAGEConv(dims[i], dims[i + 1], args.aggregator)
-                                     for i in range(3))
+                                     for i in range(args.layers))
 
     return layers, lambda x: stacked(layers, x, lambda layer, h: layer(graph, h))
 
@@ -188,19 +218,31 @@ def gin_mlp(in_dim: int, hidden: int, out_dim: int) -> torch.nn.Module:
 
 
 def build_pyg(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namespace, clock: Clock):
-    from torch_geometric.nn import GCNConv, GINConv, SAGEConv
+    from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
 
     n = indptr.numel() - 1
+    dims = [args.feat] + [args.hidden] * (args.layers - 1) + [args.classes]
+    if args.model == "gat":  # attention needs per-edge messages: PyG runs it on the edge list
+        edge_index = torch.stack([indices.long(), torch.repeat_interleave(torch.arange(n), indptr[1:] - indptr[:-1])])
+        layers = torch.nn.ModuleList(GATConv(a, b, heads=h, dropout=args.dropout)
+                                     for a, b, h in gat_widths(args))
+        for layer, (_, b, _) in zip(layers, gat_widths(args)):
+            layer.out_width = b
+            original = layer.propagate
+            layer.propagate = (lambda edges, original=original, **kw:
+                               timed(clock, lambda t: original(edges, **{**kw, "x": (t, kw["x"][1])}),
+                                     kw["x"][0]))
+        return layers, lambda x: stacked_gat(layers, x, lambda layer, h: layer(h, edge_index), args.dropout)
     adj_t = torch.sparse_csr_tensor(indptr, indices.long(), torch.ones(indices.numel()), (n, n))
-    dims = [args.feat, args.hidden, args.hidden, args.classes]
     if args.model == "gcn":  # normalised adjacency (self loops added) computed once and cached
-        layers = torch.nn.ModuleList(GCNConv(dims[i], dims[i + 1], cached=True) for i in range(3))
+        layers = torch.nn.ModuleList(GCNConv(dims[i], dims[i + 1], cached=True) for i in range(args.layers))
     elif args.model == "gin":
         layers = torch.nn.ModuleList(GINConv(gin_mlp(dims[i], args.hidden, dims[i + 1]), train_eps=True)
-                                     for i in range(3))
+                                     for i in range(args.layers))
     else:
         layers = torch.nn.ModuleList(SAGEConv(dims[i], dims[i + 1], aggr=args.aggregator if
-                                              args.aggregator == "mean" else "sum") for i in range(3))
+                                              args.aggregator == "mean" else "sum")
+                                     for i in range(args.layers))
     for layer in layers:
         original = layer.message_and_aggregate
         # PyG passes the pair (x_src, x_dst) to SAGEConv and GINConv and aggregates x_src; GCNConv x
@@ -282,9 +324,10 @@ def run_train(lib: str, partdir: str, args: argparse.Namespace) -> Dict[str, flo
     with tempfile.TemporaryDirectory() as out:
         status = cli_main(["train", partdir, "--out", out, "--epochs", str(args.epochs + 1),
                            "--threads", str(args.threads), "--hidden", str(args.hidden),
-                           "--layers", "3", "--model", args.model,
+                           "--layers", str(args.layers), "--model", args.model,
                            *(["--aggregator", args.aggregator] if args.model == "sage" else []),
-                           "--dropout", "0.5",
+                           *(["--heads", str(args.heads)] if args.model == "gat" else []),
+                           "--dropout", str(args.dropout),
                            "--lr", "0.01", "--weight-decay", "0", "--eval-every", "0",
                            "--checkpoint-every", "0", "--skip-memory-check", "--quiet",
                            *TRAIN_LIBS[lib]])
@@ -336,7 +379,11 @@ def main() -> None:
     parser.add_argument("--feat", type=int, default=602)
     parser.add_argument("--classes", type=int, default=41)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--model", choices=["sage", "gcn", "gin"], default="sage")
+    parser.add_argument("--model", choices=["sage", "gcn", "gin", "gat"], default="sage")
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--heads", type=int, default=8, help="gat: heads per hidden layer")
+    parser.add_argument("--dropout", type=float, default=None,
+                        help="feature dropout (gat: also on the attention; default 0.5, gat 0.6)")
     parser.add_argument("--aggregator", choices=["mean", "gcn"], default="mean")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=2)
@@ -347,6 +394,8 @@ def main() -> None:
                         help="address-space limit per library process (shared machine)")
     parser.add_argument("--child", nargs=2, metavar=("LIB", "DATA"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.dropout is None:
+        args.dropout = 0.6 if args.model == "gat" else 0.5
     if args.model != "sage":  # the plain-loop lines drive GraphSAGE
         args.libs = [lib for lib in args.libs if lib in TRAIN_LIBS or lib in ("DGL 1.1.3", DGL_HUGE, "PyG")]
     if args.child:
@@ -368,6 +417,8 @@ def main() -> None:
         results: Dict[str, Dict[str, float]] = {}
         forwarded = ["--feat", str(args.feat), "--classes", str(args.classes), "--hidden", str(args.hidden),
                      "--aggregator", args.aggregator, "--model", args.model,
+                     "--layers", str(args.layers), "--heads", str(args.heads),
+                     "--dropout", str(args.dropout),
                      "--threads", str(args.threads),
                      "--epochs", str(args.epochs)]
         failed: Dict[str, str] = {}
@@ -394,8 +445,9 @@ def main() -> None:
                     results[lib] = {**r, "peak_rss_gb": max(r["peak_rss_gb"],
                                                             results.get(lib, {}).get("peak_rss_gb", 0))}
     print(f"Machine: {machine_line(args.threads)}")
-    title = {"sage": f"GraphSAGE ({args.aggregator})", "gcn": "GCN", "gin": "GIN"}[args.model]
-    print(f"3-layer {title}, hidden {args.hidden}, {args.graph} with {args.feat} "
+    title = {"sage": f"GraphSAGE ({args.aggregator})", "gcn": "GCN", "gin": "GIN",
+             "gat": f"GAT ({args.heads} heads, dropout {args.dropout} on features and attention)"}[args.model]
+    print(f"{args.layers}-layer {title}, hidden {args.hidden}, {args.graph} with {args.feat} "
           f"random features and {args.classes} classes, float32, Adam; fastest of {args.epochs} epochs "
           f"x {args.rounds} rounds\n")
     base = results.get("DGL 1.1.3", {}).get("epoch_s")
@@ -413,12 +465,13 @@ def main() -> None:
                           "dense s", "peak RSS GB", "once before epoch 1, s"], rows))
     # the dense work's floor: its FLOPs at a plain matmul's rate, measured now
     n = n_vertices
-    flops = dense_flops(n, [args.feat, args.hidden, args.hidden, args.classes], args.aggregator,
-                        args.model)
-    rates = {dt: matmul_rate(n, args.feat, args.hidden, dt, args.threads)
+    width = args.hidden * args.heads if args.model == "gat" else args.hidden
+    flops = dense_flops(n, [args.feat] + [width] * (args.layers - 1) + [args.classes],
+                        args.aggregator, args.model)
+    rates = {dt: matmul_rate(n, args.feat, width, dt, args.threads)
              for dt in (torch.float32, torch.bfloat16)}
     print(f"\nDense work: {flops / 1e9:.0f} GFLOP per epoch; one [{n}, {args.feat}] x "
-          f"[{args.feat}, {args.hidden}] linear map runs at {rates[torch.float32]:.0f} GFLOP/s in float32 "
+          f"[{args.feat}, {width}] linear map runs at {rates[torch.float32]:.0f} GFLOP/s in float32 "
           f"and {rates[torch.bfloat16]:.0f} GFLOP/s under bfloat16 autocast here, so the dense floor is "
           f"{flops / rates[torch.float32] / 1e9:.2f} s (float32) and "
           f"{flops / rates[torch.bfloat16] / 1e9:.2f} s (bfloat16). Each line's dense work at "

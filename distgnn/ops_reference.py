@@ -4,7 +4,7 @@ Slow and obviously correct: no native code, autograd through ordinary torch ops.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -81,3 +81,37 @@ def gather_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 
 def scatter_add_rows(y: torch.Tensor, rows: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return y.index_add_(0, rows.long(), x)
+
+
+def attention_mask(src_gids: torch.Tensor, dst_gids: torch.Tensor, heads: int, p: float, seed: int,
+                   epoch: int, layer: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The keyed attention dropout mask [E, heads] of edges (src_gids[i] -> dst_gids[i]), as
+    native/include/distgnn/attention.hpp draws it."""
+    with np.errstate(over="ignore"):
+        key = _mix(_mix(_mix(np.uint64(seed)) + np.uint64(epoch)) + np.uint64(layer))
+        ku = _mix(key + src_gids.numpy().astype(np.int64).view(np.uint64))
+        kv = _mix(ku + dst_gids.numpy().astype(np.int64).view(np.uint64))[:, None]
+        h = _mix(kv + np.arange(heads, dtype=np.uint64)[None, :])
+    thr = 0 if p <= 0 else int(p * (1 << 24) + 0.5)
+    keep = (h >> np.uint64(40)) >= np.uint64(thr)
+    return torch.from_numpy(keep.astype(np.float64) / (1.0 - thr / float(1 << 24))).to(dtype)
+
+
+def local_attention(indptr: torch.Tensor, indices: torch.Tensor, z: torch.Tensor, el: torch.Tensor,
+                    er: torch.Tensor, n_self: int = 0, dropout: Any = None,
+                    slope: float = 0.2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Same contract as :func:`distgnn.attention.local_attention`, edge by edge in torch."""
+    n_dst, heads = er.shape
+    dst = torch.repeat_interleave(torch.arange(n_dst), indptr[1:] - indptr[:-1])
+    src = torch.cat([indices.long(), torch.arange(n_self)])
+    dst = torch.cat([dst, torch.arange(n_self)])
+    e = torch.nn.functional.leaky_relu(el[src] + er[dst], slope)
+    m = torch.full((n_dst, heads), -float("inf"), dtype=z.dtype)
+    m = m.scatter_reduce(0, dst.unsqueeze(1).expand(-1, heads), e.detach(), "amax")
+    w = torch.exp(e - m[dst])
+    s = torch.zeros((n_dst, heads), dtype=z.dtype).index_add(0, dst, w)
+    if dropout is not None and dropout.p > 0:
+        w = w * attention_mask(dropout.src_gids[src], dropout.dst_gids[dst], heads, dropout.p,
+                               dropout.seed, dropout.epoch, dropout.layer, z.dtype)
+    q = torch.zeros((n_dst, *z.shape[1:]), dtype=z.dtype).index_add(0, dst, w.unsqueeze(2) * z[src])
+    return m, s, q

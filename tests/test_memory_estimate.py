@@ -91,3 +91,11 @@ def test_widths_and_parameters_follow_the_model(name: str) -> None:
     if name == "gin":
         assert (estimate_shape(shape(), 3, 256, "cd-0", model="gin").activations
                 > estimate_shape(shape(), 3, 256, "cd-0", model="gcn").activations)
+
+
+def test_gat_widths_and_parameters_follow_its_heads() -> None:
+    from distgnn.models import build_model
+
+    model = build_model("gat", 602, 8, 41, 2, heads=8)
+    assert num_parameters(602, 8, 41, 2, "gat", heads=8) == sum(p.numel() for p in model.parameters())
+    assert layer_widths(602, 8, 41, 2, "gat", heads=8) == [(602, 64, 72), (64, 41, 42)]

@@ -191,3 +191,47 @@ def test_gcn_and_gin_models_equal_stacks_of_dgl_layers(name: str) -> None:
     torch.testing.assert_close(y, h, rtol=1e-4, atol=1e-5)
     cached = model(x, aggregate, x_aggregate=ops.aggregate(indptr, indices, x, norm))
     torch.testing.assert_close(cached, y, rtol=1e-5, atol=1e-6)
+
+
+def _attend(indptr: torch.Tensor, indices: torch.Tensor):
+    from distgnn.attention import attend
+
+    return lambda i, z, el, er: attend(indptr, indices, z, el, er)
+
+
+@pytest.mark.parametrize("heads", [1, 4])
+def test_gat_layer_equals_dgl_gatconv_with_self_loops(heads: int) -> None:
+    dgl = import_dgl()
+    from distgnn.models.gat import GATLayer
+
+    indptr, indices = power_law_graph(N, N, 1500, seed=heads)
+    torch.manual_seed(0)
+    ours = GATLayer(12, 5, heads).double()
+    theirs = dgl.nn.pytorch.GATConv(12, 5, heads).double()
+    _copy_uniform(ours)
+    g = dgl.add_self_loop(_dgl_graph(indptr, indices))
+    attend = _attend(indptr, indices)
+    _compare_layer(ours, theirs, g, lambda z, el, er: attend(0, z, el, er), 12)
+
+
+def test_gat_model_equals_a_stack_of_gatconv() -> None:
+    """Two hidden layers of 4 heads concatenated with ELU, one output head; eval mode."""
+    dgl = import_dgl()
+    from distgnn.models import build_model
+
+    indptr, indices = power_law_graph(N, N, 1500, seed=5)
+    torch.manual_seed(3)
+    model = build_model("gat", 20, 6, 5, layers=3, heads=4, dropout=0.6).eval()
+    dims = [(20, 6, 4), (24, 6, 4), (24, 5, 1)]
+    convs = [dgl.nn.pytorch.GATConv(a, b, h) for a, b, h in dims]
+    for i, conv in enumerate(convs):
+        conv.load_state_dict({k[len(f"layers.{i}."):]: v for k, v in model.state_dict().items()
+                              if k.startswith(f"layers.{i}.")})
+    g = dgl.add_self_loop(_dgl_graph(indptr, indices))
+    x = torch.randn(N, 20)
+    h = x
+    for i, conv in enumerate(convs):
+        out = conv(g, h)
+        h = torch.nn.functional.elu(out.flatten(1)) if i < 2 else out.mean(1)
+    y = model(x, attend=_attend(indptr, indices))
+    torch.testing.assert_close(y, h, rtol=1e-4, atol=1e-5)

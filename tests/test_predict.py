@@ -71,13 +71,15 @@ def test_bad_layer_and_missing_run_are_one_line(trained, tmp_path) -> None:
     assert proc.returncode == 2 and "no summary.json" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("model", ["gcn", "gin"])
-def test_predict_rebuilds_gcn_and_gin(trained, tmp_path, model: str) -> None:
-    """A GCN or GIN run's predictions at P = 2 reproduce its final test accuracy, and equal P = 1's."""
+@pytest.mark.parametrize("model", ["gcn", "gin", "gat"])
+def test_predict_rebuilds_each_model(trained, tmp_path, model: str) -> None:
+    """A GCN, GIN or GAT run's predictions at P = 2 reproduce its final test accuracy, and equal
+    P = 1's; GAT's embeddings are its heads concatenated after the ELU."""
     graph, _, parts = trained
     run = tmp_path / "run"
+    extra = ("--heads", "2", "--layers", "3") if model == "gat" else ()
     proc = mpiexec(2, "train", parts[2], "--model", model, "--epochs", "4", "--hidden", "16",
-                   "--threads", "1", "--out", run, "--quiet")
+                   "--threads", "1", "--out", run, "--quiet", *extra)
     assert proc.returncode == 0, proc.stderr[-3000:]
     g = zarr.open_group(str(graph), mode="r")
     logits = predict(2, run, tmp_path / "p2.zarr")["logits"][:]
@@ -88,3 +90,6 @@ def test_predict_rebuilds_gcn_and_gin(trained, tmp_path, model: str) -> None:
         summary["final_test"], abs=1e-12)
     one = predict(1, run, tmp_path / "p1.zarr", "--partdir", parts[1])["logits"][:]
     np.testing.assert_allclose(one, logits, rtol=1e-5, atol=1e-5 * np.abs(logits).max())
+    if model == "gat":
+        embeddings = predict(2, run, tmp_path / "e.zarr", "--layer", "1")["embeddings"][:]
+        assert embeddings.shape == (len(logits), 32) and float(embeddings.min()) >= -1.0  # ELU

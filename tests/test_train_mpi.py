@@ -472,3 +472,33 @@ def test_custom_model_example_trains_exactly_at_two_ranks(partitions, tmp_path: 
     assert summary["model"] == "custom:GatedSAGE" and summary["num_parts"] == 2
     proc = run_cli("predict", tmp_path / "p1")
     assert proc.returncode == 2 and "GatedSAGE" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
+    """GAT (2 layers, 4 heads x 8, dropout 0.6 on every layer's input and on the attention
+    weights) under cd-0 equals one process for P = 2, 3, 4 at the root, and on the replicas at
+    P = 3: losses to 1e-5 over 20 epochs, weights, evaluation; 0c (local softmax) runs; cd-5,
+    bf16 and --heads with another model are refused in one line."""
+    common = ("--model", "gat", "--heads", "4", "--hidden", "8", "--dropout", "0.6", "--lr", "0.005",
+              "--epochs", str(EPOCHS), "--eval-every", "5")
+    run = {p: tmp_path / f"root-p{p}" for p in (1, 2, 3, 4)}
+    for parts in (1, 2, 4):
+        train_many(partitions[parts], parts, {run[parts]: (*common, "--algo", "cd-0")})
+    train_many(partitions[3], 3, {run[3]: (*common, "--algo", "cd-0"),
+                                  tmp_path / "replicas": (*common, "--algo", "cd-0", "--apply", "replicas"),
+                                  tmp_path / "0c": (*common, "--algo", "0c")})
+    reference = losses(run[1])
+    assert reference[-1] < reference[0]
+    for parts in (2, 3, 4):
+        _assert_same_training(run[1], run[parts], f"GAT P={parts}")
+    _assert_same_training(run[1], tmp_path / "replicas", "GAT replicas P=3")
+    summary = json.loads((run[4] / "summary.json").read_text())
+    assert summary["model"] == "gat" and summary["hyperparameters"]["heads"] == 4
+    assert summary["bytes_broadcast"] > 0 and summary["bytes_reduce"] > 0
+    zero_c = losses(tmp_path / "0c")
+    assert np.isfinite(zero_c).all() and zero_c[-1] < zero_c[0]
+    for bad, needle in ((("--model", "gat", "--algo", "cd-5"), "cd-5"),
+                        (("--model", "gat", "--precision", "bf16"), "bf16"),
+                        (("--heads", "4",), "--heads")):
+        proc = run_cli("train", partitions[1], *bad, "--out", tmp_path / "bad")
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr

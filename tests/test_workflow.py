@@ -151,6 +151,11 @@ def test_model_names_the_run_folders_and_reaches_the_train_command(tmp_path):
     commands = [l for l in proc.stdout.splitlines() if "distgnn launch" in l]
     assert commands and all("--model gcn" in l and "--aggregator" not in l for l in commands)
     assert any("--algo cd-0 " in l for l in commands) and any("--algo 0c " in l for l in commands)
+    config = tiny(train={"algos": ["cd-0"], "model": "gat", "heads": 4})
+    proc = snakemake("-n", "-p", cwd=workdir(tmp_path / "gat", config))
+    assert proc.returncode == 0, proc.stderr
+    assert "/gat-cd-0/summary.json" in proc.stdout and "--model gat" in proc.stdout
+    assert "--heads 4" in proc.stdout
 
 
 @pytest.mark.slow

@@ -51,7 +51,7 @@ def check_local_memory(args: argparse.Namespace) -> None:
         return
     estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
                                     input_cache=not args.no_input_cache, apply=args.apply,
-                                    model=args.model)
+                                    model=args.model, heads=args.heads or 8)
     ok, reason = fits(estimates, available)
     if not ok:
         raise DistgnnError(f"{args.partdir}: the run would not fit in memory: {reason} (estimate from "

@@ -37,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--edges", type=int)
     pr.add_argument("--feat", type=int)
     pr.add_argument("--classes", type=int)
-    pr.add_argument("--model", choices=("sage", "gcn", "gin"), default="sage",
+    pr.add_argument("--model", choices=("sage", "gcn", "gin", "gat"), default="sage",
                     help="as distgnn train --model: its widths and dense work (default: %(default)s)")
     pr.add_argument("--layers", type=int, default=3)
     pr.add_argument("--hidden", type=int, default=256)
@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.set_defaults(func=run_predict)
     me = verbs.add_parser("estimate-memory", help="per-rank memory estimate of a run")
     me.add_argument("partdir")
-    me.add_argument("--model", choices=("sage", "gcn", "gin"), default="sage",
+    me.add_argument("--model", choices=("sage", "gcn", "gin", "gat"), default="sage",
                     help="as distgnn train --model (default: %(default)s)")
     me.add_argument("--layers", type=int, default=3)
     me.add_argument("--hidden", type=int, default=256)

@@ -20,7 +20,11 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=d.epochs, help="default: %(default)s")
     p.add_argument("--model", choices=MODELS, default=d.model,
                    help="sage: GraphSAGE; gcn: GCN, D^-1/2 (A + I) D^-1/2; gin: GIN with a learned eps "
-                        "and a two-layer MLP per layer (docs/design.md, \"Models\"; default: %(default)s)")
+                        "and a two-layer MLP per layer; gat: GAT, multi-head attention (cd-0 or 0c) "
+                        "(docs/design.md, \"Models\"; default: %(default)s)")
+    p.add_argument("--heads", type=int, default=None,
+                   help=f"GAT's attention heads per hidden layer, --hidden wide each (--model gat "
+                        f"only; default: {d.heads})")
     p.add_argument("--layers", type=int, default=d.layers, help="graph layers (default: %(default)s)")
     p.add_argument("--hidden", type=int, default=d.hidden,
                    help="hidden width (gin: also each MLP's width; default: %(default)s)")
@@ -77,8 +81,11 @@ def config_from_args(args: argparse.Namespace):
     if args.aggregator is not None and args.model != "sage":
         raise DistgnnError(f"--aggregator is GraphSAGE's option; --model {args.model} has its own "
                            f"normalisation (drop --aggregator)")
+    if args.heads is not None and args.model != "gat":
+        raise DistgnnError(f"--heads is GAT's option, not --model {args.model}'s (drop --heads)")
     return TrainConfig(algo=args.algo, model=args.model, epochs=args.epochs, layers=args.layers,
                        hidden=args.hidden, aggregator=args.aggregator or TrainConfig.aggregator,
+                       heads=TrainConfig.heads if args.heads is None else args.heads,
                        lr=args.lr, dropout=args.dropout,
                        weight_decay=args.weight_decay, seed=args.seed, eval_every=args.eval_every,
                        checkpoint_every=args.checkpoint_every, resume=args.resume,

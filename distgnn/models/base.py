@@ -71,6 +71,10 @@ class LayerStack(nn.Module):
             raise DistgnnError(f"{name}: dropout must lie in [0, 1), got {dropout}")
         self.name, self.dropout = name, dropout
 
+    def hidden_output(self, layer: int, out: torch.Tensor) -> torch.Tensor:
+        """A hidden layer's output as the next layer sees it before dropout (after the ReLU)."""
+        return F.relu(out)
+
     @staticmethod
     def widths(in_dim: int, hidden: int, out_dim: int, layers: int) -> list[int]:
         """[in_dim, hidden, ..., hidden, out_dim]: layer i maps widths[i] to widths[i + 1]."""
@@ -88,7 +92,7 @@ class LayerStack(nn.Module):
         h = x
         for i, layer in enumerate(self.layers):
             if i > 0:
-                h = F.relu(h)
+                h = self.hidden_output(i - 1, h)
                 h = dropout(i, h) if dropout is not None else F.dropout(h, self.dropout, self.training)
             h = layer(h, lambda t, i=i: aggregate(i, t), x_aggregate if i == 0 else None)
         return h

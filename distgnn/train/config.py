@@ -12,9 +12,9 @@ from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply
 #: dense-work precisions (distgnn/precision.py applies them)
 PRECISIONS = ("fp32", "bf16")
 #: ``--model`` names (distgnn.models.build_model builds them)
-MODELS = ("sage", "gcn", "gin")
+MODELS = ("sage", "gcn", "gin", "gat")
 #: keys added to the hyperparameters after checkpoints existed, with the value older ones meant
-LATER_HYPERPARAMETERS = {"model": "sage"}
+LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8}
 
 
 def check_precision(precision: str) -> str:
@@ -31,7 +31,8 @@ class TrainConfig:
     and the workflow run the same experiment."""
 
     algo: str = "cd-0"
-    model: str = "sage"        #: sage (GraphSAGE), gcn or gin (distgnn/models)
+    model: str = "sage"        #: sage (GraphSAGE), gcn, gin or gat (distgnn/models)
+    heads: int = 8             #: GAT's attention heads per hidden layer
     epochs: int = 20
     layers: int = 2
     hidden: int = 64
@@ -61,7 +62,7 @@ class TrainConfig:
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
         ``apply`` as resolved (``root`` or ``replicas``)."""
-        keep = ("algo", "model", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
+        keep = ("algo", "model", "heads", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
                 "precision", "delayed_gradients")
         out = {k: v for k, v in asdict(self).items() if k in keep}
         algorithm = parse_algorithm(self.algo)
@@ -98,6 +99,17 @@ def check_config(config: TrainConfig) -> Algorithm:
     if config.model != "sage" and config.aggregator != TrainConfig.aggregator:
         raise DistgnnError(f"--aggregator is GraphSAGE's option; --model {config.model} has its own "
                            f"normalisation (drop --aggregator)")
+    if config.model != "gat" and config.heads != TrainConfig.heads:
+        raise DistgnnError(f"--heads is GAT's option, not --model {config.model}'s (drop --heads)")
+    if config.heads < 1:
+        raise DistgnnError(f"--heads must be >= 1, got {config.heads}")
+    if config.model == "gat":
+        if algorithm.delay > 0:
+            raise DistgnnError(f"--model gat: {algorithm.name} has no attention rule yet; use cd-0 "
+                               f"(exact) or 0c")
+        if config.precision != "fp32":
+            raise DistgnnError("--model gat: --precision bf16 is not supported for attention yet "
+                               "(use fp32)")
     if not 0.0 <= config.dropout < 1.0:
         raise DistgnnError(f"--dropout must lie in [0, 1), got {config.dropout}")
     if not (config.lr > 0.0 and math.isfinite(config.lr)):

@@ -246,6 +246,34 @@ class DistributedAggregation:
             self.settled[layer] = out.detach()
         return out
 
+    def attention(self, layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
+                  dropout=None) -> torch.Tensor:
+        """GAT's attention on every replica, [n_k, H, D] from z [n_k, H, D], el, er [n_k, H]:
+        0c in training takes the softmax over each part's own edges (every local vertex's self
+        loop); cd-0 and evaluation are exact: each part's partials (m, s, q) over its edges (the
+        self loop at the root) are merged at the root, whose result goes back to every leaf.
+        cd-r has no attention rule yet (refused by the trainer)."""
+        from distgnn.attention import local_attention, merge
+        from distgnn.train.root_exchange import RootPlans, _Broadcast, _GatherAtRoot
+
+        part = self.part
+        local_softmax = self.training and not self.algorithm.exchange
+        n_self = part.num_local if local_softmax else part.num_roots
+        m, s, q = local_attention(part.indptr, part.indices, z, el, er, n_self, dropout,
+                                  self.threads, lambda: self.timers("aggregate"))
+        if local_softmax or self.comm.size == 1:
+            return q / s.unsqueeze(2)
+        comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
+        n_local, H, D = z.shape
+        n_roots = part.num_roots
+        got = _GatherAtRoot.apply(torch.cat([m, s, q.reshape(n_local, H * D)], 1), part.leaf_send,
+                                  part.root_recv, comm, self.timers, kind)
+        at_roots = merge(m[:n_roots], s[:n_roots], q[:n_roots], part.root_recv.ids, got[:, :H],
+                         got[:, H:2 * H], got[:, 2 * H:].view(-1, H, D))
+        every = RootPlans(part.leaf_send, part.root_recv, part.leaf_send, part.root_recv)
+        return _Broadcast.apply(at_roots.reshape(n_roots, H * D), n_local, every, comm, self.timers,
+                                kind).view(n_local, H, D)
+
     def finish(self) -> None:
         """Complete every message still in flight (before a checkpoint or MPI finalize)."""
         with self.timers("exchange_wait"):

@@ -96,9 +96,14 @@ def _algo_delay(algo: str) -> tuple[bool, int]:
 
 
 def layer_widths(feat_dim: int, hidden: int, num_classes: int, layers: int,
-                 model: str = "sage") -> list[tuple[int, int, int]]:
+                 model: str = "sage", heads: int = 8) -> list[tuple[int, int, int]]:
     """(in, out, aggregation width) per layer; GraphSAGE and GCN aggregate at the narrower width
-    (their linear map first when it narrows), GIN at its input width (its MLP is not linear)."""
+    (their linear map first when it narrows), GIN at its input width (its MLP is not linear),
+    GAT its heads x hidden rows plus one score per head (one head in the output layer)."""
+    if model == "gat":
+        dims = [feat_dim] + [hidden * heads] * (layers - 1) + [num_classes]
+        return [(dims[i], dims[i + 1], dims[i + 1] + (heads if i < layers - 1 else 1))
+                for i in range(layers)]
     dims = [feat_dim] + [hidden] * (layers - 1) + [num_classes]
     if model == "gin":
         return [(dims[i], dims[i + 1], dims[i]) for i in range(layers)]
@@ -106,10 +111,13 @@ def layer_widths(feat_dim: int, hidden: int, num_classes: int, layers: int,
 
 
 def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int,
-                   model: str = "sage") -> int:
+                   model: str = "sage", heads: int = 8) -> int:
     """Parameter count: GraphSAGE-mean (fc_neigh and fc_self weights, fc_self bias; also the
-    estimate for a user's model), GCN (W, b), GIN (the MLP's two linear maps and eps)."""
-    widths = layer_widths(feat_dim, hidden, num_classes, layers, model)
+    estimate for a user's model), GCN (W, b), GIN (the MLP's two linear maps and eps), GAT (fc,
+    attn_l, attn_r, bias)."""
+    widths = layer_widths(feat_dim, hidden, num_classes, layers, model, heads)
+    if model == "gat":
+        return sum(i * o + 3 * o for i, o, _ in widths)
     if model == "gcn":
         return sum(i * o + o for i, o, _ in widths)
     if model == "gin":
@@ -119,7 +127,7 @@ def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int,
 
 def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int = 0,
                    baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
-                   apply: str = "auto", model: str = "sage") -> MemoryEstimate:
+                   apply: str = "auto", model: str = "sage", heads: int = 8) -> MemoryEstimate:
     """The estimate for a part given by its figures (pure arithmetic; see the module docstring)."""
     from distgnn.train.algorithms import parse_algorithm, resolve_apply
 
@@ -129,7 +137,7 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
     at_root = resolve_apply(apply, algorithm) == "root"
     dense = shape.num_roots if at_root and shape.num_roots else n   # rows of the dense work
     exchanges, delay = _algo_delay(algo)
-    widths = layer_widths(shape.feat_dim, hidden, shape.num_classes, layers, model)
+    widths = layer_widths(shape.feat_dim, hidden, shape.num_classes, layers, model, heads)
     label = n * shape.num_classes * f32 if shape.multilabel else n * i64
     kept = input_cache and not at_root and algorithm.keeps_own_input_aggregate(
         shape.num_parts, widths[0][2] == widths[0][0])
@@ -149,7 +157,7 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
         if delay > 0:
             # R [n_k, w] per layer, plus r steps of each message in flight (1/r of the rows each)
             exchange = sum((n + rows) * a * f32 for _, _, a in widths)
-    params = num_parameters(shape.feat_dim, hidden, shape.num_classes, layers, model)
+    params = num_parameters(shape.feat_dim, hidden, shape.num_classes, layers, model, heads)
     optimizer = 5 * params * f32
     return MemoryEstimate(k, int(baseline), int(features), int(graph), int(activations),
                           int(exchange), int(optimizer))
@@ -176,24 +184,24 @@ def read_part_shape(partdir: str | os.PathLike, k: int) -> PartShape:
 
 def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden: int, algo: str,
                          baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
-                         apply: str = "auto", model: str = "sage") -> int:
+                         apply: str = "auto", model: str = "sage", heads: int = 8) -> int:
     """Estimated peak resident bytes of rank ``k`` training ``partdir`` (``model`` ``layers`` x
     ``hidden``, algorithm ``algo``, layer 0's input aggregate cached or not, ``--apply``)."""
     return estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                          input_cache, apply, model).total
+                          input_cache, apply, model, heads).total
 
 
 def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int, algo: str,
                         baseline: int = DEFAULT_BASELINE_BYTES,
                         input_cache: bool = True, apply: str = "auto",
-                        model: str = "sage") -> list[MemoryEstimate]:
+                        model: str = "sage", heads: int = 8) -> list[MemoryEstimate]:
     """The estimate of every rank of a run (one per part); ``max(e.total for e in ...)`` is the
     figure to compare with the memory per rank."""
     from distgnn.train.partition_data import read_num_parts
 
     num_parts = read_num_parts(partdir)
     return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                           input_cache, apply, model)
+                           input_cache, apply, model, heads)
             for k in range(num_parts)]
 
 

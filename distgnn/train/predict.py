@@ -41,6 +41,7 @@ def predict_config(summary: dict[str, Any], threads: int = 0) -> TrainConfig:
     """The run's model settings, with the exact aggregation (cd-0 at the roots) and no memory check."""
     hp = summary["hyperparameters"]
     return TrainConfig(algo="cd-0", apply="root", epochs=1, model=hp.get("model", "sage"),
+                       heads=hp.get("heads", TrainConfig.heads),
                        layers=hp["layers"], hidden=hp["hidden"],
                        aggregator=hp["aggregator"], dropout=hp["dropout"], seed=hp["seed"],
                        precision=hp.get("precision", "fp32"), threads=threads, memory_check=False)
@@ -50,7 +51,8 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
             partition_dir: str | os.PathLike | None = None, threads: int = 0,
             comm: Communicator | None = None) -> Path:
     """Write ``out`` (default ``RUNDIR/predictions.zarr``): ``logits`` float32 [N, C] and, with
-    ``layer`` = l, ``embeddings`` float32 [N, hidden] (layer l's output after its ReLU, the input
+    ``layer`` = l, ``embeddings`` float32 [N, hidden] (layer l's output after its ReLU; GAT:
+    [N, heads x hidden], the heads concatenated after the ELU; the input
     of layer l + 1; 0 <= l < layers - 1), rows in global id order. Returns the store's path."""
     from distgnn.train.trainer import Trainer
 
@@ -74,8 +76,11 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     captured: dict[str, torch.Tensor] = {}
     hook = None
     if layer is not None:
+        # the layer's output as the next layer sees it (GraphSAGE, GCN, GIN: after the ReLU; GAT:
+        # heads concatenated, after the ELU)
+        shape = getattr(trainer.model, "hidden_output", lambda i, out: F.relu(out))
         hook = trainer.model.layers[layer].register_forward_hook(
-            lambda module, inputs, output: captured.__setitem__("h", F.relu(output).float()))
+            lambda module, inputs, output: captured.__setitem__("h", shape(layer, output).float()))
     logits = trainer.infer()
     if hook is not None:
         hook.remove()
@@ -86,6 +91,7 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     num_nodes = int(trainer.part.attrs["num_nodes"])
     target = Path(out) if out else run_dir / PREDICTIONS
     attrs = {"run": str(run_dir.resolve()), "algo": summary["algo"], "apply": summary.get("apply"),
+             "model": summary.get("model", "sage"),
              "num_nodes": num_nodes, "num_classes": trainer.num_classes, "layer": layer,
              "aggregation": "cd-0 (exact), no dropout", "rows": "global id order"}
     return write_rows_by_global_id(comm, target, rows, gids, num_nodes, attrs)

@@ -114,6 +114,66 @@ class _Broadcast(torch.autograd.Function):
         return grad_h, None, None, None, None, None
 
 
+class _GatherAtRoot(torch.autograd.Function):
+    """p [n_k, w] -> the rows the leaves in ``leaf_plan`` send, as received at their roots
+    ([R, w], ordered as ``root_plan``, row i belonging to root ``root_plan.ids[i]``): the
+    attention partials, which the root merges rather than sums. Backward sends each row's
+    gradient back to the leaf it came from."""
+
+    @staticmethod
+    def forward(ctx, p: torch.Tensor, leaf_plan: RowPlan, root_plan: RowPlan, comm: Communicator,
+                timers: Timers, kind: str) -> torch.Tensor:
+        ctx.leaf_plan, ctx.root_plan, ctx.comm, ctx.timers = leaf_plan, root_plan, comm, timers
+        ctx.shape = p.shape
+        with timers("exchange_wait"):
+            return comm.exchange_rows(p[leaf_plan.ids], leaf_plan, root_plan, kind,
+                                      _training_direction(kind, "reduce"))
+
+    @staticmethod
+    def backward(ctx, grad_rows: torch.Tensor):
+        grad_p = grad_rows.new_zeros(ctx.shape)
+        with ctx.timers("exchange_wait"):
+            back = ctx.comm.exchange_rows(grad_rows.contiguous(), ctx.root_plan, ctx.leaf_plan,
+                                          "backward", "broadcast")
+        grad_p[ctx.leaf_plan.ids] = back
+        return grad_p, None, None, None, None, None
+
+
+def broadcast_to(leaf_plan: RowPlan, root_plan: RowPlan) -> RootPlans:
+    """Plans whose broadcast goes from ``root_plan``'s roots to ``leaf_plan``'s leaves (for
+    :class:`_Broadcast`: e.g. the attention's destination terms, to the leaves with in-edges)."""
+    return RootPlans(leaf_plan, root_plan, leaf_plan, root_plan)
+
+
+def exact_attention(part: PartitionData, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
+                    sources: RootPlans, destinations: RootPlans, comm: Communicator, timers: Timers,
+                    kind: str, dropout, threads: int) -> torch.Tensor:
+    """Softmax attention at the roots, exact across parts, [n_roots, H, D] from the roots' z
+    [n_roots, H, D], el and er [n_roots, H] (docs/design.md, "Graph attention across parts"):
+    z and el go to the leaves with local out-edges (``sources``), er to those with local in-edges
+    (``destinations``); every part computes (m, s, q) over its edges, the roots' own self loops
+    included; the leaves' partials travel to the root, which merges them."""
+    from distgnn.attention import local_attention, merge
+
+    n_roots, H, D = z.shape
+    n_local = part.num_local
+    if comm.size == 1 and n_local == n_roots:
+        m, s, q = local_attention(part.indptr, part.indices, z, el, er, n_roots, dropout, threads,
+                                  lambda: timers("aggregate"))
+        return q / s.unsqueeze(2)
+    rows = _Broadcast.apply(torch.cat([z.reshape(n_roots, H * D), el], 1), n_local, sources, comm,
+                            timers, kind)
+    er_all = _Broadcast.apply(er, n_local, destinations, comm, timers, kind)
+    m, s, q = local_attention(part.indptr, part.indices, rows[:, :H * D].view(n_local, H, D),
+                              rows[:, H * D:], er_all, n_roots, dropout, threads,
+                              lambda: timers("aggregate"))
+    partial = torch.cat([m, s, q.reshape(n_local, H * D)], 1)
+    got = _GatherAtRoot.apply(partial, destinations.reduce_leaf, destinations.reduce_root, comm,
+                              timers, kind)
+    return merge(m[:n_roots], s[:n_roots], q[:n_roots], destinations.reduce_root.ids,
+                 got[:, :H], got[:, H:2 * H], got[:, 2 * H:].view(-1, H, D))
+
+
 class _Reduce(torch.autograd.Function):
     """p [n_k, w] -> a [n_roots, w]: each root's own partial plus its leaves' partials."""
 
@@ -294,6 +354,15 @@ class RootAggregation:
             src = _Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers, kind)
         p = self._local(src)
         return _Reduce.apply(p, self.n_roots, self.plans, comm, self.timers, kind)
+
+    def attention(self, layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
+                  dropout=None) -> torch.Tensor:
+        """GAT's attention at the roots (:func:`exact_attention`), [n_roots, H, D]; training under
+        cd-0 and evaluation alike (cd-r has no attention rule yet: refused by the trainer)."""
+        comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
+        return exact_attention(self.part, z, el, er, self.plans,
+                               broadcast_to(self.plans.reduce_leaf, self.plans.reduce_root),
+                               comm, self.timers, kind, dropout, self.threads)
 
     def _local(self, src: torch.Tensor) -> torch.Tensor:
         """This part's scaled partials of every local vertex, [n_k, w], from the source table."""

@@ -96,7 +96,7 @@ class Trainer:
                                f"(distgnn.train_model), not rebuilt from its name")
         self.model = model if model is not None else build_model(
             config.model, self.part.feat.shape[1], config.hidden, self.num_classes, config.layers,
-            config.aggregator, config.dropout)
+            config.aggregator, config.dropout, config.heads)
         if model is not None and self.comm.size > 1:  # replicas start equal however it was seeded
             self.model.load_state_dict(self.comm.bcast(self.model.state_dict()))
         norm = self.model.norm
@@ -168,7 +168,8 @@ class Trainer:
         c = self.config
         mine = estimate_rank_memory(self.partition_dir, self.comm.rank, c.layers, c.hidden, c.algo,
                                     input_cache=c.input_cache, apply=c.apply,
-                                    model=c.model if c.model in ("gcn", "gin") else "sage")
+                                    model=c.model if c.model in ("gcn", "gin", "gat") else "sage",
+                                    heads=c.heads)
         need, available = self.comm.node_sum_and_min(mine, available_memory_bytes())
         ratio, need, available = self.comm.max((need / max(available, 1), need, available))
         if available and ratio > 1.0:
@@ -208,8 +209,24 @@ class Trainer:
                                threads=self.config.threads)
         return apply
 
-    def _forward(self, dropout) -> torch.Tensor:
-        """Logits [rows, classes] in float32 (rows: the roots under apply-at-root, else all local) (dense work in bf16 under --precision bf16)."""
+    def _attend(self, epoch: int | None):
+        """GAT's attend(layer, z, el, er) callable: the aggregation's attention, with the keyed
+        attention dropout in a training epoch (None: evaluation, no dropout)."""
+        from distgnn.attention import AttentionDropout
+
+        p, seed, gids = self.config.dropout, self.config.seed, self.part.local_to_global
+
+        def attend(layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor) -> torch.Tensor:
+            drop = None
+            if epoch is not None and p > 0:
+                drop = AttentionDropout(p, seed, epoch, layer, gids, gids)
+            return self.aggregation.attention(layer, z, el, er, drop)
+        return attend
+
+    def _forward(self, dropout, epoch: int | None = None) -> torch.Tensor:
+        """Logits [rows, classes] in float32 (rows: the roots under apply-at-root, else all
+        local; dense work in bf16 under --precision bf16); ``epoch``: the training epoch (None:
+        evaluation)."""
         aggregate = (in_dtype(self.aggregation, torch.bfloat16) if self.config.precision == "bf16"
                      else self.aggregation)
         if dropout is not None and self.config.precision != "fp32":
@@ -220,6 +237,8 @@ class Trainer:
         with dense_autocast(self.config.precision):
             # a user's model that never takes the input cache need not accept the keyword
             extra = {} if cached is None else {"x_aggregate": cached}
+            if getattr(self.model, "uses_attention", False):
+                extra["attend"] = self._attend(epoch)
             logits = self.model(self.x, aggregate, dropout, **extra)
         return logits.float()
 
@@ -227,7 +246,7 @@ class Trainer:
         self.model.train()
         self.aggregation.training = True
         self.optimizer.zero_grad(set_to_none=False)
-        logits = self._forward(self._dropout(epoch))
+        logits = self._forward(self._dropout(epoch), epoch)
         ids = self.train_ids
         loss = loss_sum(logits[ids], self.part.label[ids], self.multilabel) / self.global_train_count
         loss.backward()

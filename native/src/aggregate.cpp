@@ -19,10 +19,6 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 
-template <typename T>
-using Vec = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-template <typename T>
-using Mat = nb::ndarray<T, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
 
 namespace {
 

@@ -8,8 +8,6 @@
 #include "distgnn/csr.hpp"
 
 namespace nb = nanobind;
-template <typename T>
-using Vec = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 namespace {
 

@@ -25,4 +25,5 @@ NB_MODULE(_native, m) {
   register_csr(m);
   register_aggregate(m);
   register_partition(m);
+  register_attention(m);
 }

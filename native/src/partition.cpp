@@ -11,8 +11,6 @@
 
 namespace nb = nanobind;
 namespace dp = distgnn::partition;
-template <typename T>
-using Vec = nb::ndarray<T, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 namespace {
 

@@ -54,6 +54,8 @@ def train_options(algo):
              "eval_every", "checkpoint_every", "precision"]
     if t.get("model", "sage") == "sage":  # GraphSAGE's option only
         flags.append("aggregator")
+    if t.get("model", "sage") == "gat":  # GAT's only
+        flags.append("heads")
     options = [f"--{f.replace('_', '-')} {t[f]}" for f in flags if f in t]
     if "hang_timeout_s" in t:
         options.append(f"--hang-timeout {t['hang_timeout_s']}")
