@@ -167,7 +167,7 @@ class Trainer:
 
         c = self.config
         mine = estimate_rank_memory(self.partition_dir, self.comm.rank, c.layers, c.hidden, c.algo,
-                                    input_cache=c.input_cache, apply=c.apply,
+                                    input_cache=c.input_cache and c.model != "gat", apply=c.apply,
                                     model=c.model if c.model in ("gcn", "gin", "gat") else "sage",
                                     heads=c.heads)
         need, available = self.comm.node_sum_and_min(mine, available_memory_bytes())
