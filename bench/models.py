@@ -3,7 +3,7 @@ with the model's lines: ``distgnn train`` itself, DGL as users run it and on 2 M
 
     python -m bench.models [--graph R24] [--feat 602] [--threads 2] [--rounds 2] [--models gat gcn]
 
-The shapes are those of the issue that asked for it: a 2-layer GAT of 8 heads x 8 (dropout 0.6 on
+The shapes: a 2-layer GAT of 8 heads x 8 (dropout 0.6 on
 features and attention) and a 3-layer GCN of hidden 256 (dropout 0.5). Each model's table is
 ``bench.epoch``'s own (its process per line, alternating rounds, the fastest epoch kept; a peer
 that fails, e.g. out of memory under ``--mem-limit-gb``, is reported as such).

@@ -47,10 +47,6 @@ class AttentionDropout:
                 "dst_gids": self.dst_gids.contiguous()}
 
 
-def _no_dropout() -> dict[str, Any]:
-    return {"p": 0.0}
-
-
 class _LocalAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor, graph: Any,
@@ -101,7 +97,7 @@ def local_attention(indptr: Any, indices: Any, z: torch.Tensor, el: torch.Tensor
     if graph.bound > n_src or er.shape[0] != graph.n_dst or not 0 <= n_self <= min(n_src, graph.n_dst):
         raise DistgnnError(f"attention: indices reach {graph.bound}, z has {n_src} rows, er "
                            f"{er.shape[0]} (graph: {graph.n_dst}), n_self {n_self}")
-    drop = dropout.native() if dropout is not None and dropout.p > 0 else _no_dropout()
+    drop = dropout.native() if dropout is not None and dropout.p > 0 else {"p": 0.0}
     m, s, q = _LocalAttention.apply(z.reshape(n_src, H * D).contiguous(), el.contiguous(),
                                     er.contiguous(), graph, int(n_self), drop, _threads(threads),
                                     timer or nullcontext)

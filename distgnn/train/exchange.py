@@ -253,8 +253,8 @@ class DistributedAggregation:
         loop); cd-0 and evaluation are exact: each part's partials (m, s, q) over its edges (the
         self loop at the root) are merged at the root, whose result goes back to every leaf.
         cd-r has no attention rule yet (refused by the trainer)."""
-        from distgnn.attention import local_attention, merge
-        from distgnn.train.root_exchange import RootPlans, _Broadcast, _GatherAtRoot
+        from distgnn.attention import local_attention
+        from distgnn.train.root_exchange import RootPlans, _Broadcast, merge_at_roots
 
         part = self.part
         local_softmax = self.training and not self.algorithm.exchange
@@ -266,10 +266,8 @@ class DistributedAggregation:
         comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
         n_local, H, D = z.shape
         n_roots = part.num_roots
-        got = _GatherAtRoot.apply(torch.cat([m, s, q.reshape(n_local, H * D)], 1), part.leaf_send,
-                                  part.root_recv, comm, self.timers, kind)
-        at_roots = merge(m[:n_roots], s[:n_roots], q[:n_roots], part.root_recv.ids, got[:, :H],
-                         got[:, H:2 * H], got[:, 2 * H:].view(-1, H, D))
+        at_roots = merge_at_roots(m, s, q, n_roots, part.leaf_send, part.root_recv, comm,
+                                  self.timers, kind)
         every = RootPlans(part.leaf_send, part.root_recv, part.leaf_send, part.root_recv)
         return _Broadcast.apply(at_roots.reshape(n_roots, H * D), n_local, every, comm, self.timers,
                                 kind).view(n_local, H, D)

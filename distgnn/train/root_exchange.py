@@ -153,7 +153,7 @@ def exact_attention(part: PartitionData, z: torch.Tensor, el: torch.Tensor, er: 
     z and el go to the leaves with local out-edges (``sources``), er to those with local in-edges
     (``destinations``); every part computes (m, s, q) over its edges, the roots' own self loops
     included; the leaves' partials travel to the root, which merges them."""
-    from distgnn.attention import local_attention, merge
+    from distgnn.attention import local_attention
 
     n_roots, H, D = z.shape
     n_local = part.num_local
@@ -167,11 +167,23 @@ def exact_attention(part: PartitionData, z: torch.Tensor, el: torch.Tensor, er: 
     m, s, q = local_attention(part.indptr, part.indices, rows[:, :H * D].view(n_local, H, D),
                               rows[:, H * D:], er_all, n_roots, dropout, threads,
                               lambda: timers("aggregate"))
-    partial = torch.cat([m, s, q.reshape(n_local, H * D)], 1)
-    got = _GatherAtRoot.apply(partial, destinations.reduce_leaf, destinations.reduce_root, comm,
-                              timers, kind)
-    return merge(m[:n_roots], s[:n_roots], q[:n_roots], destinations.reduce_root.ids,
-                 got[:, :H], got[:, H:2 * H], got[:, 2 * H:].view(-1, H, D))
+    return merge_at_roots(m, s, q, n_roots, destinations.reduce_leaf, destinations.reduce_root,
+                          comm, timers, kind)
+
+
+def merge_at_roots(m: torch.Tensor, s: torch.Tensor, q: torch.Tensor, n_roots: int,
+                   leaf_plan: RowPlan, root_plan: RowPlan, comm: Communicator, timers: Timers,
+                   kind: str) -> torch.Tensor:
+    """The roots' attention output [n_roots, H, D] from every local row's partials (m, s
+    [n_k, H], q [n_k, H, D]): the leaves of ``leaf_plan`` send theirs (2H + H D values a row) to
+    their roots, which merge them with their own (:func:`distgnn.attention.merge`)."""
+    from distgnn.attention import merge
+
+    n_local, H, D = q.shape
+    got = _GatherAtRoot.apply(torch.cat([m, s, q.reshape(n_local, H * D)], 1), leaf_plan,
+                              root_plan, comm, timers, kind)
+    return merge(m[:n_roots], s[:n_roots], q[:n_roots], root_plan.ids, got[:, :H],
+                 got[:, H:2 * H], got[:, 2 * H:].view(-1, H, D))
 
 
 class _Reduce(torch.autograd.Function):

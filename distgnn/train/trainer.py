@@ -90,7 +90,6 @@ class Trainer:
             torch.set_num_threads(config.threads)
         self.eval_comm = self.comm.dup()
         torch.manual_seed(config.seed)
-        self.user_model = model
         if model is None and config.model.startswith("custom:"):
             raise DistgnnError(f"{config.model}: a user's model is trained from Python "
                                f"(distgnn.train_model), not rebuilt from its name")

@@ -50,7 +50,6 @@ struct Mask {
     thr = dropout::threshold(drop.p);
     scale = thr >= (uint64_t(1) << 24) ? T(0) : T(1.0 / (1.0 - double(thr) / double(1 << 24)));
   }
-  bool active() const { return thr > 0; }
   // The key of edge (u -> v), drawn once per edge; at(key, h) is then one mix per head.
   uint64_t edge(int64_t u, int64_t v) const {
     if (thr == 0) return 0;
