@@ -3,9 +3,11 @@
     python -m bench.algorithms [--dataset synth-reddit] [--scale 0.01] [--parts 4] [--epochs 100]
                                [--seeds 0 1 2] [--algos cd-0 cd-5 cd-5-orig 0c]
 
-An entry of ``--algos`` is ``ALGO[@APPLY][+nodg]``: the algorithm, optionally its ``--apply`` mode
-(default: auto) and ``+nodg`` for ``--no-delayed-gradients`` (e.g. ``cd-5@replicas``,
-``cd-5+nodg``: cd-5 at the root without its delayed gradients).
+An entry of ``--algos`` is ``ALGO[@APPLY][+nodg][+fresh]``: the algorithm, optionally its
+``--apply`` mode (default: auto), ``+nodg`` for ``--no-delayed-gradients`` and ``+fresh`` for
+``--fresh-copies`` (e.g. ``cd-5@replicas``; ``cd-5+nodg``: cd-5 at the root without its delayed
+gradients; ``cd-5+fresh``: cd-5 at the root, only the partials delayed). ``--model`` trains another model
+(``--heads`` for GAT; ``--aggregator`` is GraphSAGE's).
 
 Fetches the twin, partitions it with Libra into P parts, trains every algorithm for every seed
 (mpiexec -n P, threads per rank = cores / P) and prints one markdown table: mean test accuracy at
@@ -26,6 +28,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+
+#: ``--algos`` suffixes and the ``distgnn train`` option each adds
+SUFFIXES = {"nodg": "--no-delayed-gradients", "fresh": "--fresh-copies"}
 
 
 def sh(*args: str, env: dict | None = None) -> None:
@@ -51,7 +56,11 @@ def main() -> int:
     parser.add_argument("--algos", nargs="+", default=["cd-0", "cd-5", "cd-5-orig", "0c"])
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--aggregator", choices=("mean", "gcn"), default="mean")
+    parser.add_argument("--aggregator", choices=("mean", "gcn"), default="mean",
+                        help="GraphSAGE's aggregator (sage only)")
+    parser.add_argument("--model", choices=("sage", "gcn", "gin", "gat"), default="sage",
+                        help="distgnn train --model")
+    parser.add_argument("--heads", type=int, default=8, help="GAT's heads (gat only)")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--weight-decay", type=float, default=0.0)
@@ -76,17 +85,25 @@ def main() -> int:
         sh(python, "-m", "distgnn", "partition", graph, "--parts", str(args.parts), "--method",
            args.method, "--roots", args.roots, "--out", partdir, "--quiet")
     threads = max(1, (os.cpu_count() or 1) // args.parts)
+    model_options = {"sage": ["--aggregator", args.aggregator], "gat": ["--heads", str(args.heads)]}.get(args.model, [])
     results: dict[str, list[dict]] = {}
     for algo in args.algos:
-        name, _, apply = algo.removesuffix("+nodg").partition("@")
-        variant = ["--apply", apply or "auto"] + (["--no-delayed-gradients"] if algo.endswith("+nodg") else [])
+        base, *suffixes = algo.split("+")
+        name, _, apply = base.partition("@")
+        unknown = set(suffixes) - set(SUFFIXES)
+        if unknown:
+            parser.error(f"--algos {algo}: unknown suffix +{', +'.join(sorted(unknown))} (known: "
+                         f"+{', +'.join(SUFFIXES)})")
+        variant = ["--apply", apply or "auto"] + [SUFFIXES[s] for s in suffixes]
         for seed in args.seeds:
-            run = work / "runs" / f"{algo.replace('@', '-').replace('+', '-')}-seed{seed}"
+            prefix = {"sage": f"{args.aggregator}-" if args.aggregator != "mean" else "",
+                      "gat": f"gat-h{args.heads}-"}.get(args.model, f"{args.model}-")
+            run = work / "runs" / f"{prefix}{algo.replace('@', '-').replace('+', '-')}-seed{seed}"
             if not (run / "summary.json").exists():
                 sh("mpiexec", "--oversubscribe", "-n", str(args.parts), python, "-m", "distgnn", "train",
                    partdir, "--algo", name, *variant, "--epochs", str(args.epochs), "--seed", str(seed),
                    "--hidden", str(args.hidden), "--layers", str(args.layers), "--lr", str(args.lr),
-                   "--aggregator", args.aggregator,
+                   "--model", args.model, *model_options,
                    "--dropout", str(args.dropout), "--weight-decay", str(args.weight_decay), "--threads", str(threads), "--eval-every", "1",
                    "--out", run, "--quiet", env={**env, "OMP_NUM_THREADS": str(threads)})
             summary = json.loads((run / "summary.json").read_text())
@@ -102,11 +119,13 @@ def main() -> int:
         return float(np.mean(values)), float(np.std(values))
 
     rf = results[args.algos[0]][0]["replication_factor"]
+    model_label = {"sage": f"GraphSAGE ({args.aggregator})", "gcn": "GCN", "gin": "GIN",
+                   "gat": f"GAT ({args.heads} heads)"}[args.model]
     twin_options = "".join(f" --{flag} {value:g}" for flag, value in (
         ("mean-degree", args.mean_degree), ("labelled-fraction", args.labelled_fraction)) if value is not None)
     roots = "" if args.roots == "balance" else f" (roots: {args.roots})"
     print(f"# Delayed-update algorithms: {args.dataset} --scale {args.scale:g}{twin_options}, {args.method}{roots} P={args.parts} "
-          f"(replication factor {rf:.3f}), {args.layers}-layer GraphSAGE ({args.aggregator}) hidden {args.hidden}, "
+          f"(replication factor {rf:.3f}), {args.layers}-layer {model_label} hidden {args.hidden}, "
           f"lr {args.lr:g}, dropout {args.dropout:g}, weight decay {args.weight_decay:g}, "
           f"{args.epochs} epochs, seeds {args.seeds}, {threads} thread(s) per rank")
     print(f"machine: {platform.node()}, {os.cpu_count()} cores; {datetime.date.today()}")

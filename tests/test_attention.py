@@ -128,3 +128,32 @@ def test_bad_shapes_are_refused() -> None:
         local_attention(indptr, indices, z.float(), el, er)
     with pytest.raises(DistgnnError, match="n_self"):
         local_attention(indptr, indices, z, el, er, n_self=11)
+
+
+def test_delayed_partial_gradients_travel_free_of_the_max() -> None:
+    """cd-r's delayed gradient of a partial (distgnn/train/root_exchange.py) travels as the
+    gradient of (log-mass, local output): the same whatever max m the partial was expressed with,
+    and mapped back exactly onto the partial it came from."""
+    from distgnn.train.root_exchange import _extensive_gradient, _intensive_gradient
+
+    torch.manual_seed(0)
+    H, D, n = 3, 4, 5
+    m = torch.randn(n, H, dtype=torch.float64)
+    s = torch.rand(n, H, dtype=torch.float64) + 1
+    q = torch.randn(n, H, D, dtype=torch.float64)
+    own = (torch.randn(n, H, dtype=torch.float64), torch.rand(n, H, dtype=torch.float64) + 1,
+           torch.randn(n, H, D, dtype=torch.float64))
+    weight = torch.randn(n, H, D, dtype=torch.float64)
+    forms = []
+    for shift in (0.0, 2.5):  # the same partial, expressed relative to m + shift
+        rows = torch.cat([m + shift, s * torch.exp(torch.tensor(-shift)),
+                          (q * torch.exp(torch.tensor(-shift))).reshape(n, H * D)], 1).requires_grad_()
+        out = merge(*own, torch.arange(n), rows[:, :H], rows[:, H:2 * H], rows[:, 2 * H:].view(n, H, D))
+        (out * weight).sum().backward()
+        forms.append((rows.detach(), rows.grad))
+    (rows0, grad0), (rows1, grad1) = forms
+    assert not torch.allclose(grad0, grad1)  # the raw gradients differ by exp(shift)
+    torch.testing.assert_close(_intensive_gradient(rows0, grad0, H), _intensive_gradient(rows1, grad1, H))
+    back = _extensive_gradient(rows1, _intensive_gradient(rows0, grad0, H), H)
+    torch.testing.assert_close(back[:, H:], grad1[:, H:])
+    assert back[:, :H].abs().max() == 0

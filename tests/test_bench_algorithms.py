@@ -16,13 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_algorithms_smoke(tmp_path: Path) -> None:
     plot = tmp_path / "curves.png"
     cmd = [sys.executable, "-m", "bench.algorithms", "--scale", "0.002", "--parts", "2", "--epochs", "6",
-           "--seeds", "0", "--algos", "cd-0", "cd-2", "0c", "--work", str(tmp_path / "work"),
+           "--seeds", "0", "--algos", "cd-0", "cd-2", "cd-2+fresh", "0c", "--work", str(tmp_path / "work"),
            "--plot", str(plot), "--no-check"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines()
             if line.startswith("| ") and not line.startswith("| algo")}
-    assert set(rows) == {"cd-0", "cd-2", "0c"}
+    assert set(rows) == {"cd-0", "cd-2", "cd-2+fresh", "0c"}
     # 0c exchanges no aggregates; cd-0 moves the same bytes forward and backward
     header = next(line for line in proc.stdout.splitlines() if line.startswith("| algo"))
     names = [c.strip() for c in header.split("|")[1:-1]]
@@ -30,6 +30,9 @@ def test_algorithms_smoke(tmp_path: Path) -> None:
     cells = {algo: [c.strip() for c in line.split("|")[1:-1]] for algo, line in rows.items()}
     assert float(cells["0c"][fwd]) == 0.0 and float(cells["0c"][bwd]) == 0.0
     assert float(cells["cd-0"][fwd]) == float(cells["cd-0"][bwd]) > 0
+    # fresh copies: the broadcast moves every epoch, the partials 1/r of them (cd-0 sends less
+    # here: its layer-0 aggregate is cached, cd-r's is not)
+    assert float(cells["cd-2"][fwd]) < float(cells["cd-2+fresh"][fwd])
     assert cells["cd-0"][names.index("apply")] == "root" and cells["0c"][names.index("apply")] == "replicas"
     assert "0c loses" in proc.stdout
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000

@@ -76,12 +76,12 @@ def last_delivered(e: int, u: int, r: int) -> int | None:
     return candidates[-1] if candidates else None
 
 
-def expected_root(r: int, steps: int) -> list[dict]:
+def expected_root(r: int, steps: int, fresh: bool = False) -> list[dict]:
     """Per rank and step: {v: aggregate / degree} for every root of that rank, under apply-at-root
-    (r = 0: cd-0, exact)."""
+    (r = 0: cd-0, exact; ``fresh``: --fresh-copies, every copy is the current row)."""
     def row(k: int, u: int, e: int) -> np.ndarray:
         """The row of source u that part k's kernel reads at step e."""
-        if root_of(u) == k or r == 0:
+        if root_of(u) == k or r == 0 or fresh:
             return graph.features(e).numpy().astype(np.float32)[u]
         s = last_delivered(e, u, r)
         return np.zeros(graph.WIDTH, np.float32) if s is None else \
@@ -90,18 +90,68 @@ def expected_root(r: int, steps: int) -> list[dict]:
     def root_partial(k: int, v: int, e: int) -> np.ndarray:
         return sum((row(k, u, e) for u, w in graph.EDGES[k] if w == v), np.zeros(graph.WIDTH, np.float32))
 
+    def mean(v: int, parts: list[tuple[int, int]]) -> np.ndarray:
+        degree = sum(1 for p in graph.EDGES.values() for _, w in p if w == v)
+        return sum(root_partial(i, v, s) for i, s in parts) / max(degree, 1)
+
+    return per_root(r, steps, mean)
+
+
+def per_root(r: int, steps: int, value) -> list[dict]:
+    """values[k][e][v] = value(v, parts) for every root v (on rank k) and step e, with parts the
+    (part, step) of each partial v's root combines at step e: its own of step e, and each leaf's
+    as last delivered (of step e under cd-0; none before the first delivery)."""
     values = [[{} for _ in range(steps)] for _ in range(3)]
     for e in range(steps):
         for v in range(graph.NUM_GLOBAL):
             k = root_of(v)
-            a = root_partial(k, v, e)
+            parts = [(k, e)]
             for i in (i for i in range(3) if i != k and v in graph.VERTICES[i]):
                 s = e if r == 0 else last_delivered(e, v, r)
                 if s is not None:
-                    a = a + root_partial(i, v, s)
-            degree = sum(1 for p in graph.EDGES.values() for _, w in p if w == v)
-            values[k][e][v] = a / max(degree, 1)
+                    parts.append((i, s))
+            values[k][e][v] = value(v, parts)
     return values
+
+
+def expected_attention(r: int, steps: int, fresh: bool = False) -> list[dict]:
+    """Per rank and step: {v: attention output [HEADS * WIDTH]} of every root under apply-at-root
+    (r = 0: cd-0, exact). cd-r as docs/design.md states it: a part reads its roots' fresh [z, el]
+    and er, and its leaves' copies as last delivered (zero before); a root merges its fresh
+    partial with each leaf's partial as last delivered (none before), so the output is the softmax
+    over the union of those edges' scores, each scored as its part saw it when computing
+    (``fresh``: --fresh-copies, every copy is the current row)."""
+    inputs = [tuple(t.numpy().astype(np.float32) for t in graph.attention_inputs(e))
+              for e in range(steps)]
+
+    def version(k: int, u: int, e: int) -> int | None:
+        """The step of u's row that part k reads at step e (None: a zero copy)."""
+        return e if root_of(u) == k or r == 0 or fresh else last_delivered(e, u, r)
+
+    def terms(k: int, v: int, e: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """(weight [HEADS], value [HEADS, WIDTH]) of each edge part k scores for v at step e."""
+        sources = [u for u, w in graph.EDGES[k] if w == v] + ([v] if root_of(v) == k else [])
+        t_dst = version(k, v, e)
+        er = np.zeros(graph.HEADS, np.float32) if t_dst is None else inputs[t_dst][2][v]
+        out = []
+        for u in sources:
+            t = version(k, u, e)
+            z, el = ((np.zeros((graph.HEADS, graph.WIDTH), np.float32), np.zeros(graph.HEADS, np.float32))
+                     if t is None else (inputs[t][0][u], inputs[t][1][u]))
+            score = el + er
+            out.append((np.exp(np.where(score > 0, score, 0.2 * score)), z))
+        return out
+
+    def softmax(v: int, parts: list[tuple[int, int]]) -> np.ndarray:
+        edges = [term for i, s in parts for term in terms(i, v, s)]
+        total = sum(w for w, _ in edges)
+        return (sum(w[:, None] * z for w, z in edges) / total[:, None]).flatten()
+
+    return per_root(r, steps, softmax)
+
+
+#: steps of the gradient runs: delayed gradients settle by step 4 at r = 1
+GRADIENT_STEPS = 8
 
 
 def steps_for(r: int) -> int:
@@ -113,7 +163,12 @@ def computed() -> dict:
     """What the ranks computed, for every algorithm, in one mpiexec run."""
     specs = (["cd-0:3", "cd-0@root:3"]
              + [f"cd-{r}{suffix}:{steps_for(r)}" for r in (1, 2, 3) for suffix in ("", "-orig")]
-             + [f"cd-{r}@root:{steps_for(r)}" for r in (1, 2, 3)])
+             + [f"cd-{r}@root:{steps_for(r)}" for r in (1, 2, 3)]
+             + [f"cd-{r}@root-fresh:{steps_for(r)}" for r in (1, 3)]
+             + ["cd-0@root-gat:3"] + [f"cd-{r}@root-gat:{steps_for(r)}" for r in (1, 2, 3)]
+             + [f"cd-{r}@root-gat-fresh:{steps_for(r)}" for r in (1, 3)]
+             + [f"cd-{r}@{kind}{fresh}:{GRADIENT_STEPS if r else 1}" for r in (0, 1)
+                for kind in ("root-grad", "root-gat-grad") for fresh in ("", "-fresh") if r or not fresh])
     proc = mpiexec(3, SCRIPT, *specs, module=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -143,18 +198,24 @@ def test_cd0_is_exact_every_step(computed: dict) -> None:
                 np.testing.assert_allclose(value, total / graph.GLOBAL_IN_DEGREE[v], rtol=1e-5)
 
 
-@pytest.mark.parametrize("r", [0, 1, 2, 3])
-def test_root_schedule_matches_the_rule(computed: dict, r: int) -> None:
-    """Under apply-at-root: cd-0 exact at every step; cd-r's copies and R as the rule states."""
+@pytest.mark.parametrize("attention", [False, True], ids=["sum", "attention"])
+@pytest.mark.parametrize("r, fresh", [(0, False), (1, False), (2, False), (3, False), (1, True),
+                                      (3, True)])
+def test_root_schedule_matches_the_rule(computed: dict, r: int, fresh: bool, attention: bool) -> None:
+    """Under apply-at-root: cd-0 exact at every step; cd-r's copies and R as the rule states
+    (with --fresh-copies: current copies, R as without). ``attention``: GAT's attention at the
+    roots, where cd-0 is the one-process softmax and cd-r merges stale partials computed from the
+    copies a part held at its step."""
     steps = 3 if r == 0 else steps_for(r)
-    got = computed[f"cd-{r}@root"]
-    want = expected_root(r, steps)
+    name = f"cd-{r}@root" + ("-gat" if attention else "") + ("-fresh" if fresh else "")
+    got = computed[name]
+    want = (expected_attention if attention else expected_root)(r, steps, fresh)
     for k in range(3):
         for e in range(steps):
             assert set(got[k][e]) == {str(v) for v in want[k][e]}
             for v, value in want[k][e].items():
                 np.testing.assert_allclose(got[k][e][str(v)], value, rtol=1e-5, atol=1e-6,
-                                           err_msg=f"cd-{r}@root: vertex {v} on part {k} at step {e}")
+                                           err_msg=f"{name}: vertex {v} on part {k} at step {e}")
 
 
 def test_root_expectation_uses_stale_copies() -> None:
@@ -169,3 +230,33 @@ def test_the_variants_differ() -> None:
     plain, orig = expected(2, False, steps_for(2)), expected(2, True, steps_for(2))
     assert any(not np.allclose(plain[k][e][v], orig[k][e][v]) for k in range(3)
                for e in range(steps_for(2)) for v in plain[k][e])
+
+
+def test_root_attention_expectation_is_stale_then_exact() -> None:
+    """Guard: the cd-2 expectations (delayed and fresh copies) differ from the exact one and from
+    each other."""
+    steps = steps_for(2)
+    delayed, exact, fresh = (expected_attention(2, steps), expected_attention(0, steps),
+                             expected_attention(2, steps, fresh=True))
+    for a, b in ((delayed, exact), (fresh, exact), (delayed, fresh)):
+        assert any(not np.allclose(a[k][e][v], b[k][e][v]) for k in range(3)
+                   for e in range(steps) for v in a[k][e])
+    assert any(not np.allclose(expected_root(2, steps, True)[k][e][v], expected_root(2, steps)[k][e][v])
+               for k in range(3) for e in range(steps) for v in delayed[k][e])
+
+
+@pytest.mark.parametrize("fresh", [False, True], ids=["delayed-copies", "fresh-copies"])
+@pytest.mark.parametrize("kind", ["root-grad", "root-gat-grad"], ids=["sum", "attention"])
+def test_delayed_gradients_settle_to_the_exact_ones(computed: dict, kind: str, fresh: bool) -> None:
+    """Delayed gradients are the adjoint of cd-r's messages: with the same inputs and loss at every
+    step, cd-1's input gradient at every root (through partials, copies and the leaves' kernels,
+    including edges between two leaves) equals cd-0's once the delayed ones flow (step 4), and
+    differs before (step 0: nothing has arrived)."""
+    exact = computed[f"cd-0@{kind}"]
+    got = computed[f"cd-1@{kind}" + ("-fresh" if fresh else "")]
+    for k in range(3):
+        for v, value in exact[k][0].items():
+            for e in range(4, GRADIENT_STEPS):
+                np.testing.assert_allclose(got[k][e][v], value, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{kind}: root {v} on part {k} at step {e}")
+    assert any(not np.allclose(got[k][0][v], exact[k][0][v]) for k in range(3) for v in exact[k][0])

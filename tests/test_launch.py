@@ -55,6 +55,9 @@ def test_presets_and_train_command(tmp_path):
         argv = train_argv(args, threads=1)
         assert argv.count(flag) == 1 and len([a for a in argv if "delayed" in a]) == 1
         assert build_parser().parse_args(argv[1:]).delayed_gradients is value
+    args = build_parser().parse_args(["launch", "parts", "--algo", "cd-5", "--fresh-copies"])
+    assert build_parser().parse_args(train_argv(args, threads=1)[1:]).fresh_copies
+    assert "--fresh-copies" not in train_argv(build_parser().parse_args(["launch", "parts"]), threads=1)
     # The checkpoint hook requeues the same command with --resume (once).
     assert with_resume(["a", "--resume"]) == ["a", "--resume"]
     resumed = RankTask(["distgnn", "train", "p"], 2).checkpoint().function

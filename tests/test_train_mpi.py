@@ -208,11 +208,13 @@ def test_0c_and_cdr_keep_their_settled_layer0_aggregate(narrow_input_parts, tmp_
 
 @pytest.mark.parametrize("algo, narrow, apply, extra", [
     ("cd-0", False, "auto", ()), ("cd-3", False, "auto", ()), ("cd-3", True, "auto", ()),
-    ("cd-3", True, "replicas", ())])
+    ("cd-3", True, "replicas", ()), ("cd-3", False, "auto", ("--fresh-copies",)),
+    ("cd-3", False, "auto", ("--model", "gat", "--heads", "2", "--hidden", "8"))])
 def test_resume_after_a_failed_rank_continues_exactly(partitions, request, tmp_path: Path, algo: str,
                                                       narrow: bool, apply: str, extra: tuple) -> None:
     """Resuming at epoch 10 gives the uninterrupted losses (cd-3 resumes with messages in flight
-    under both apply modes, at the root with its delayed gradients in flight); ``narrow``: layer 0 aggregates
+    under both apply modes, at the root with its delayed gradients in flight; GAT's cd-3 with its
+    attention copies and partials in flight); ``narrow``: layer 0 aggregates
     the constant input first, so cd-3 has kept its settled layer-0 aggregate since step 6 (root)
     or 9 (replicas)."""
     parts, folder = (3, request.getfixturevalue("narrow_input_parts")) if narrow else (2, partitions[2])
@@ -233,7 +235,8 @@ def test_resume_after_a_failed_rank_continues_exactly(partitions, request, tmp_p
     assert epochs == list(range(1, EPOCHS + 1))  # every epoch exactly once
     np.testing.assert_allclose(losses(broken)[10:], losses(whole)[10:], rtol=1e-6)
     # cd-r at the root sends its gradients back, 1/r of the rows every epoch, unless told not to
-    sends_gradients = algo == "cd-0" or (algo == "cd-3" and apply != "replicas" and not extra)
+    sends_gradients = algo == "cd-0" or (algo == "cd-3" and apply != "replicas"
+                                         and "--no-delayed-gradients" not in extra)
     assert all((r["bytes_backward"] > 0) == sends_gradients for r in records(whole)), (algo, apply)
 
 
@@ -409,10 +412,11 @@ def test_root_posts_only_rows_that_carry_something(graph, tmp_path: Path) -> Non
 
 def test_apply_refusals_and_old_layout(partitions, tmp_path: Path) -> None:
     for algo, extra in (("0c", ["--apply", "root"]), ("cd-3-orig", ["--apply", "root"]),
-                        ("cd-0", ["--delayed-gradients"]), ("cd-3", ["--delayed-gradients", "--apply", "replicas"])):
+                        ("cd-0", ["--delayed-gradients"]), ("cd-3", ["--delayed-gradients", "--apply", "replicas"]),
+                        ("cd-0", ["--fresh-copies"]), ("cd-3", ["--fresh-copies", "--apply", "replicas"])):
         proc = run_cli("train", partitions[1], "--algo", algo, *extra, "--out", tmp_path / "r")
         lines = [l for l in proc.stderr.splitlines() if l.strip()]
-        words = "DistGNN's scheme" if "root" in extra else "--delayed-gradients: only for cd-<r>"
+        words = ("DistGNN's scheme" if "root" in extra else f"{extra[0]}: only for cd-<r>")
         assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], (algo, extra, proc.stderr)
     proc = run_cli("train", partitions[1], "--apply", "master", "--out", tmp_path / "r")
     assert proc.returncode == 2 and "--apply: invalid choice" in proc.stderr
@@ -477,8 +481,9 @@ def test_custom_model_example_trains_exactly_at_two_ranks(partitions, tmp_path: 
 def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
     """GAT (2 layers, 4 heads x 8, dropout 0.6 on every layer's input and on the attention
     weights) under cd-0 equals one process for P = 2, 3, 4 at the root, and on the replicas at
-    P = 3: losses to 1e-5 over 20 epochs, weights, evaluation; 0c (local softmax) runs; cd-5,
-    bf16 and --heads with another model are refused in one line."""
+    P = 3: losses to 1e-5 over 20 epochs, weights, evaluation; 0c (local softmax) and cd-3 at the
+    root run, cd-3 posting over any 3 steady epochs exactly cd-0's rows of one epoch; cd-r on the
+    replicas, cd-r-orig, bf16 and --heads with another model are refused in one line."""
     common = ("--model", "gat", "--heads", "4", "--hidden", "8", "--dropout", "0.6", "--lr", "0.005",
               "--epochs", str(EPOCHS), "--eval-every", "5")
     run = {p: tmp_path / f"root-p{p}" for p in (1, 2, 3, 4)}
@@ -486,7 +491,8 @@ def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
         train_many(partitions[parts], parts, {run[parts]: (*common, "--algo", "cd-0")})
     train_many(partitions[3], 3, {run[3]: (*common, "--algo", "cd-0"),
                                   tmp_path / "replicas": (*common, "--algo", "cd-0", "--apply", "replicas"),
-                                  tmp_path / "0c": (*common, "--algo", "0c")})
+                                  tmp_path / "0c": (*common, "--algo", "0c"),
+                                  tmp_path / "cd3": (*common, "--algo", "cd-3")})
     reference = losses(run[1])
     assert reference[-1] < reference[0]
     for parts in (2, 3, 4):
@@ -497,7 +503,17 @@ def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
     assert summary["bytes_broadcast"] > 0 and summary["bytes_reduce"] > 0
     zero_c = losses(tmp_path / "0c")
     assert np.isfinite(zero_c).all() and zero_c[-1] < zero_c[0]
-    for bad, needle in ((("--model", "gat", "--algo", "cd-5"), "cd-5"),
+    delayed, exact = records(tmp_path / "cd3"), records(run[3])
+    assert np.isfinite(losses(tmp_path / "cd3")).all()
+    assert losses(tmp_path / "cd3")[-1] < losses(tmp_path / "cd3")[0]
+    for e in range(6, EPOCHS - 3):  # from epoch 2r on, every bin's messages move once per r
+        # forward, and the copies' gradients (leaves to roots, as wide as cd-0's)
+        for key in ("bytes_forward", "bytes_reduce"):
+            assert sum(r[key] for r in delayed[e:e + 3]) == exact[e][key], (key, e)
+        # a partial's delayed gradient travels as H + H D values, cd-0's as 2H + H D
+        assert 0 < sum(r["bytes_broadcast"] for r in delayed[e:e + 3]) < exact[e]["bytes_broadcast"]
+    for bad, needle in ((("--model", "gat", "--algo", "cd-5", "--apply", "replicas"), "cd-5"),
+                        (("--model", "gat", "--algo", "cd-5-orig"), "cd-5-orig"),
                         (("--model", "gat", "--precision", "bf16"), "bf16"),
                         (("--heads", "4",), "--heads")):
         proc = run_cli("train", partitions[1], *bad, "--out", tmp_path / "bad")

@@ -20,7 +20,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=d.epochs, help="default: %(default)s")
     p.add_argument("--model", choices=MODELS, default=d.model,
                    help="sage: GraphSAGE; gcn: GCN, D^-1/2 (A + I) D^-1/2; gin: GIN with a learned eps "
-                        "and a two-layer MLP per layer; gat: GAT, multi-head attention (cd-0 or 0c) "
+                        "and a two-layer MLP per layer; gat: GAT, multi-head attention (cd-0, 0c, cd-<r> at the root) "
                         "(docs/design.md, \"Models\"; default: %(default)s)")
     p.add_argument("--heads", type=int, default=None,
                    help=f"GAT's attention heads per hidden layer, --hidden wide each (--model gat "
@@ -58,7 +58,11 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
                                 "docs/design.md, section 6)")
     gradients.add_argument("--no-delayed-gradients", dest="delayed_gradients", action="store_false",
                            default=None, help="cd-<r> under --apply root: copies and remote parts are constants in "
-                                "backward (no backward exchange)")
+                                "backward (no backward exchange but, under --fresh-copies, the broadcast's exact adjoint)")
+    p.add_argument("--fresh-copies", action="store_true",
+                   help="cd-<r> under --apply root: the roots send their rows to the leaves every "
+                        "epoch, exact with their adjoint, and only the leaves' partials are delayed: "
+                        "more accurate, more forward bytes (docs/design.md, section 6)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
                                  "-<apply> when --apply is not the algorithm's default, after "
                                  "<model>- for a model other than sage)")
@@ -92,6 +96,7 @@ def config_from_args(args: argparse.Namespace):
                        threads=args.threads, memory_check=not args.skip_memory_check,
                        precision=args.precision, input_cache=not args.no_input_cache,
                        apply=args.apply, delayed_gradients=args.delayed_gradients,
+                       fresh_copies=args.fresh_copies,
                        hang_timeout_s=args.hang_timeout, huge_pages=not args.no_huge_pages)
 
 

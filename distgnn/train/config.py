@@ -14,7 +14,7 @@ PRECISIONS = ("fp32", "bf16")
 #: ``--model`` names (distgnn.models.build_model builds them)
 MODELS = ("sage", "gcn", "gin", "gat")
 #: keys added to the hyperparameters after checkpoints existed, with the value older ones meant
-LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8}
+LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8, "fresh_copies": False}
 
 
 def check_precision(precision: str) -> str:
@@ -52,6 +52,9 @@ class TrainConfig:
     #: cd-r under root: gradients travel back r steps late (None: the rule, on for cd-r at the
     #: root; False turns it off there)
     delayed_gradients: bool | None = None
+    #: cd-r under root: the roots' rows reach the leaves every step (exact, with their adjoint);
+    #: only the leaves' partials are delayed (docs/design.md, section 6)
+    fresh_copies: bool = False
     #: seconds without a heartbeat after which a rank counts as silent and the job is ended
     #: (distgnn/train/watchdog.py; 0: no watchdog). Not an epoch time limit.
     hang_timeout_s: float = 600.0
@@ -63,7 +66,7 @@ class TrainConfig:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
         ``apply`` as resolved (``root`` or ``replicas``)."""
         keep = ("algo", "model", "heads", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
-                "precision", "delayed_gradients")
+                "precision", "delayed_gradients", "fresh_copies")
         out = {k: v for k, v in asdict(self).items() if k in keep}
         algorithm = parse_algorithm(self.algo)
         out["apply"] = resolve_apply(self.apply, algorithm)
@@ -104,9 +107,12 @@ def check_config(config: TrainConfig) -> Algorithm:
     if config.heads < 1:
         raise DistgnnError(f"--heads must be >= 1, got {config.heads}")
     if config.model == "gat":
-        if algorithm.delay > 0:
-            raise DistgnnError(f"--model gat: {algorithm.name} has no attention rule yet; use cd-0 "
-                               f"(exact) or 0c")
+        if algorithm.original:
+            raise DistgnnError(f"--model gat: {algorithm.name} has no attention rule; use cd-"
+                               f"{algorithm.delay} (at the root)")
+        if algorithm.delay > 0 and resolve_apply(config.apply, algorithm) != "root":
+            raise DistgnnError(f"--model gat: {algorithm.name} on the replicas has no attention "
+                               f"rule; cd-<r> runs attention at the root (--apply auto or root)")
         if config.precision != "fp32":
             raise DistgnnError("--model gat: --precision bf16 is not supported for attention yet "
                                "(use fp32)")
@@ -117,6 +123,10 @@ def check_config(config: TrainConfig) -> Algorithm:
     if not config.weight_decay >= 0.0:
         raise DistgnnError(f"--weight-decay must be >= 0, got {config.weight_decay}")
     check_precision(config.precision)
+    if config.fresh_copies and not (algorithm.delay > 0 and not algorithm.original
+                                    and resolve_apply(config.apply, algorithm) == "root"):
+        raise DistgnnError(f"--fresh-copies: only for cd-<r> under --apply root (got {algorithm.name} "
+                           f"under {resolve_apply(config.apply, algorithm)})")
     resolve_delayed_gradients(config.delayed_gradients, algorithm,
                               resolve_apply(config.apply, algorithm))
     if not config.hang_timeout_s >= 0.0:

@@ -252,7 +252,7 @@ class DistributedAggregation:
         0c in training takes the softmax over each part's own edges (every local vertex's self
         loop); cd-0 and evaluation are exact: each part's partials (m, s, q) over its edges (the
         self loop at the root) are merged at the root, whose result goes back to every leaf.
-        cd-r has no attention rule yet (refused by the trainer)."""
+        cd-r and cd-r-orig have no attention rule on the replicas (refused by the config)."""
         from distgnn.attention import local_attention
         from distgnn.train.root_exchange import RootPlans, _Broadcast, merge_at_roots
 

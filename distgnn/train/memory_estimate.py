@@ -13,7 +13,8 @@ starting ``distgnn train`` (it reads only attributes: no array is loaded). Compo
   output of every hidden layer, the logits) plus the working set of the widest layer (its local
   aggregate, exchanged total, scaled mean, both linear outputs and, in backward, their gradients);
 * ``exchange``: cd-0's send/receive rows of one aggregation; for cd-r, every layer's remote part R
-  [n_k, w] and the payloads in flight (r steps of leaf->root and root->leaf rows);
+  [n_k, w] and the payloads in flight (r steps of leaf->root and root->leaf rows); GAT's cd-r
+  tables ([z, el] and er copies, the leaves' delivered partials) are about as large;
 * ``optimizer``: parameters, gradients, the flat all-reduce buffer and Adam's two moments.
 
 Under apply-at-root (``apply`` resolving to ``root``) the dense rows are the part's roots: the input

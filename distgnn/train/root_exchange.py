@@ -34,6 +34,11 @@ backward for the same bin and is consumed r steps later (:class:`_DelayedReduceG
 :class:`_TableSum`); without them copies and R are constants in backward. The measurement behind
 the rule is in docs/design.md. From step r on, forward (and backward) bytes per epoch are 1/r of
 cd-0's.
+With ``fresh_copies`` (``--fresh-copies``) the broadcast is cd-0's, every step with its exact
+adjoint, and only the reduce moves in bins as above (docs/design.md says when it pays).
+GAT's attention (:meth:`RootAggregation._delayed_attention`) follows the same bins and delays
+for its three messages: the roots' [z, el] and er, and the leaves' partials (m, s, q), which the
+root keeps per leaf and merges with its fresh own.
 A layer whose input is the stored features sends no broadcast; when it is also constant in
 training (``constant_layers``: the trainer's input cache on), its partials never change, so it
 posts them only at steps < r and, from step 2r on, when every bin's R has arrived, returns its kept
@@ -235,6 +240,16 @@ class RootLayerState:
                 self.pending_grad_bcast)
 
 
+def _post_and_take(agg: "RootAggregation", pending: dict[int, Any], step: int, rows: torch.Tensor,
+                   send: RowPlan, recv: RowPlan, direction: str) -> torch.Tensor | None:
+    """Delayed gradients: post this step's gradient rows of its bin (non-blocking) and return the
+    ones posted r steps ago for the same bin (None before the first)."""
+    with agg.timers("exchange_wait"):
+        pending[step] = agg.comm.exchange_rows_async(rows, send, recv, "backward", direction)
+        earlier = step - agg.delay
+        return pending.pop(earlier).wait() if earlier in pending else None
+
+
 class _DelayedReduceGrad(torch.autograd.Function):
     """a = p[:n_roots] + R, whose backward also posts the roots' gradient of this step's bin to
     the leaves that sent partials, and adds to the leaves' partials the gradient posted r steps
@@ -248,16 +263,14 @@ class _DelayedReduceGrad(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_a: torch.Tensor):
-        agg, state, e, r = ctx.agg, ctx.state, ctx.step, ctx.agg.delay
-        bins = agg.bins[e % r]
+        agg, e = ctx.agg, ctx.step
+        bins = agg.bins[e % agg.delay]
         grad_p = grad_a.new_zeros((ctx.n_local, grad_a.shape[1]))
         grad_p[:grad_a.shape[0]] = grad_a
-        with agg.timers("exchange_wait"):
-            state.pending_grad_reduce[e] = agg.comm.exchange_rows_async(
-                grad_a[bins.reduce_root.ids], bins.reduce_root, bins.reduce_leaf, "backward",
-                "broadcast")
-            if e - r in state.pending_grad_reduce:
-                grad_p[bins.reduce_leaf.ids] += state.pending_grad_reduce.pop(e - r).wait()
+        got = _post_and_take(agg, ctx.state.pending_grad_reduce, e, grad_a[bins.reduce_root.ids],
+                             bins.reduce_root, bins.reduce_leaf, "broadcast")
+        if got is not None:
+            grad_p[bins.reduce_leaf.ids] += got
         return grad_p, None, None, None, None
 
 
@@ -280,23 +293,134 @@ class _TableSum(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_p: torch.Tensor):
-        agg, state, e, r = ctx.agg, ctx.state, ctx.step, ctx.agg.delay
+        agg, e = ctx.agg, ctx.step
         part = agg.part
         with agg.timers("aggregate"):
-            grad_src = transposed_sum(part, grad_p, state.table.dtype, agg.threads, agg.scale,
+            grad_src = transposed_sum(part, grad_p, ctx.state.table.dtype, agg.threads, agg.scale,
                                       agg.self_rows, agg.weight)
-        grad_h = grad_src[:agg.n_roots]
+        return _copies_gradient(agg, ctx.state.pending_grad_bcast, e, grad_src,
+                                agg.bins[e % agg.delay].bcast_leaf,
+                                agg.bins[e % agg.delay].bcast_root), None, None, None
+
+
+def _copies_gradient(agg: "RootAggregation", pending: dict[int, Any], step: int,
+                     grad_table: torch.Tensor, leaf_plan: RowPlan, root_plan: RowPlan) -> torch.Tensor:
+    """The roots' rows' gradient [n_roots, w] from a cd-r table's [n_k, w]: its prefix, plus, with
+    delayed gradients, the copies' gradients their leaves posted r steps ago (this step's are
+    posted)."""
+    grad_h = grad_table[:agg.n_roots]
+    if not agg.delayed_gradients:
+        return grad_h
+    got = _post_and_take(agg, pending, step, grad_table[leaf_plan.ids], leaf_plan, root_plan,
+                         "reduce")
+    if got is None:
+        return grad_h
+    return grad_h.clone().index_add_(0, root_plan.ids, got)
+
+
+@dataclass
+class AttentionLayerState:
+    """cd-r state of one attention layer under root (docs/design.md, "Graph attention across
+    parts"): tables whose leaf rows hold the last delivered copies, the leaves' last delivered
+    partials, and the messages in flight (step posted -> rows)."""
+
+    step: int = 0
+    sources: torch.Tensor | None = None        #: float [n_k, H D + H]: z and el
+    destinations: torch.Tensor | None = None   #: float [n_k, H]: er
+    #: float [n_in, 2H + H D]: (m, s, q) of every leaf partial a root receives, in the order of
+    #: the reduce plan; m = -inf, s = q = 0 before the first delivery (a merge ignores them)
+    partials: torch.Tensor | None = None
+    pending_sources: dict[int, Any] = field(default_factory=dict)
+    pending_destinations: dict[int, Any] = field(default_factory=dict)
+    pending_partials: dict[int, Any] = field(default_factory=dict)
+    pending_grad_sources: dict[int, Any] = field(default_factory=dict)
+    pending_grad_destinations: dict[int, Any] = field(default_factory=dict)
+    pending_grad_partials: dict[int, Any] = field(default_factory=dict)
+
+    TABLES = ("step", "sources", "destinations", "partials")
+
+    def pending(self) -> dict[str, dict[int, Any]]:
+        return {name: value for name, value in vars(self).items() if name.startswith("pending_")}
+
+
+class _StaleCopies(torch.autograd.Function):
+    """A cd-r table with the roots' fresh rows h [n_roots, w] in front of the leaves' last
+    delivered copies, [n_k, w]; backward as :func:`_copies_gradient`."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, table: torch.Tensor, agg: "RootAggregation",
+                pending: dict[int, Any], leaf_plan: RowPlan, root_plan: RowPlan,
+                step: int) -> torch.Tensor:
+        ctx.agg, ctx.pending, ctx.plans, ctx.step = agg, pending, (leaf_plan, root_plan), step
+        out = table.clone()
+        out[:h.shape[0]] = h
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return (_copies_gradient(ctx.agg, ctx.pending, ctx.step, grad, *ctx.plans),
+                None, None, None, None, None, None)
+
+
+def _intensive_gradient(rows: torch.Tensor, grad: torch.Tensor, heads: int) -> torch.Tensor:
+    """The gradient of attention partials (m, s, q) [n, 2H + H D] as the gradient of their
+    m-free form, the local softmax output o = q / s and log-mass l = m + log s: [n, H + H D]
+    (dL/dl, then dL/do). A delayed gradient travels in this form (:func:`_extensive_gradient`
+    maps it onto the partial it is applied to), so a shift of the row's max m between the two
+    steps does not scale it."""
+    n, H = rows.shape[0], heads
+    s, q = rows[:, H:2 * H], rows[:, 2 * H:].reshape(n, H, -1)
+    gs, gq = grad[:, H:2 * H], grad[:, 2 * H:].reshape(n, H, -1)
+    g_o = s.unsqueeze(2) * gq
+    o = q / s.clamp_min(torch.finfo(s.dtype).tiny).unsqueeze(2)   # rows never delivered: s = 0
+    g_l = s * gs + (g_o * o).sum(2)
+    return torch.cat([g_l, g_o.reshape(n, -1)], 1)
+
+
+def _extensive_gradient(rows: torch.Tensor, got: torch.Tensor, heads: int) -> torch.Tensor:
+    """The inverse of :func:`_intensive_gradient` on the partials ``rows`` [n, 2H + H D] it is
+    applied to: (dL/dm = 0, dL/ds, dL/dq) [n, 2H + H D] from (dL/dl, dL/do) [n, H + H D]."""
+    n, H = rows.shape[0], heads
+    s, q = rows[:, H:2 * H], rows[:, 2 * H:].reshape(n, H, -1)
+    g_l, g_o = got[:, :H], got[:, H:].reshape(n, H, -1)
+    gq = g_o / s.unsqueeze(2)
+    gs = (g_l - (g_o * q).sum(2) / s) / s
+    return torch.cat([torch.zeros_like(g_l), gs, gq.reshape(n, -1)], 1)
+
+
+class _StalePartials(torch.autograd.Function):
+    """(the roots' own partials [n_roots, C], the leaves' last delivered ones [n_in, C]) from this
+    step's partials [n_k, C], C = 2H + H D. With delayed gradients, backward posts the delivered
+    rows' gradient of this step's bin to the leaves that sent them, in the m-free form of
+    :func:`_intensive_gradient`, and adds to the leaves' partials the gradient posted r steps
+    ago, mapped onto them (the attention's delayed adjoint of the reduce)."""
+
+    @staticmethod
+    def forward(ctx, p: torch.Tensor, delivered: torch.Tensor, agg: "RootAggregation",
+                state: AttentionLayerState, step: int, heads: int):
+        ctx.agg, ctx.state, ctx.step, ctx.n_local, ctx.heads = agg, state, step, p.shape[0], heads
         if agg.delayed_gradients:
-            bins = agg.bins[e % r]
-            with agg.timers("exchange_wait"):
-                state.pending_grad_bcast[e] = agg.comm.exchange_rows_async(
-                    grad_src[bins.bcast_leaf.ids], bins.bcast_leaf, bins.bcast_root, "backward",
-                    "reduce")
-                if e - r in state.pending_grad_bcast:
-                    grad_h = grad_h.clone()
-                    grad_h.index_add_(0, bins.bcast_root.ids,
-                                      state.pending_grad_bcast.pop(e - r).wait())
-        return grad_h, None, None, None
+            b = step % agg.delay
+            ctx.sent = delivered[agg.reduce_positions[b]].detach().clone()  # the rows it uses
+            ctx.mine = p[agg.bins[b].reduce_leaf.ids].detach()             # the rows it sent
+        return p[:agg.n_roots].clone(), delivered.clone()
+
+    @staticmethod
+    def backward(ctx, grad_own: torch.Tensor, grad_delivered: torch.Tensor | None):
+        agg, e, H = ctx.agg, ctx.step, ctx.heads
+        grad_p = grad_own.new_zeros((ctx.n_local, grad_own.shape[1]))
+        grad_p[:agg.n_roots] = grad_own
+        if agg.delayed_gradients:
+            b = e % agg.delay
+            bins = agg.bins[b]
+            grad_sent = (torch.zeros_like(ctx.sent) if grad_delivered is None
+                         else grad_delivered[agg.reduce_positions[b]])
+            got = _post_and_take(agg, ctx.state.pending_grad_partials, e,
+                                 _intensive_gradient(ctx.sent, grad_sent, H), bins.reduce_root,
+                                 bins.reduce_leaf, "broadcast")
+            if got is not None:
+                grad_p[bins.reduce_leaf.ids] += _extensive_gradient(ctx.mine, got, H)
+        return grad_p, None, None, None, None, None
 
 
 class RootAggregation:
@@ -309,12 +433,15 @@ class RootAggregation:
     ``constant_layers`` (a subset): those whose input is also constant in training.
     ``delayed_gradients`` (cd-r only): each exchange's gradient also travels back, r steps late
     (see :class:`_DelayedReduceGrad` and :class:`_TableSum`); the trainer turns it on for cd-r.
+    ``fresh_copies`` (cd-r only): the broadcast is cd-0's (every step, exact adjoint); only the
+    reduce is delayed.
     """
 
     def __init__(self, part: PartitionData, norm: str, comm: Communicator, eval_comm: Communicator,
                  timers: Timers, threads: int = 0,
                  stored_input_layers: frozenset[int] = frozenset(), delay: int = 0,
-                 constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False):
+                 constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False,
+                 fresh_copies: bool = False):
         if norm not in ops.NORMS:
             raise ValueError(f"norm must be one of {ops.NORMS}, got {norm}")
         self.part, self.norm, self.comm, self.eval_comm = part, norm, comm, eval_comm
@@ -322,6 +449,7 @@ class RootAggregation:
         self.feat_rows = part.feat
         self.timers, self.threads, self.delay = timers, threads, delay
         self.delayed_gradients = delayed_gradients and delay > 0 and comm.size > 1
+        self.fresh_copies = fresh_copies and delay > 0
         self.stored_input_layers = frozenset(stored_input_layers)
         self.constant_layers = frozenset(constant_layers) & self.stored_input_layers
         self.training = True
@@ -341,8 +469,8 @@ class RootAggregation:
         #: layer -> its training aggregate, once it can no longer change (constant layers)
         self.settled: dict[int, torch.Tensor] = {}
         self.bins: list[RootPlans] = []
+        g = part.local_to_global
         if delay > 0:
-            g = part.local_to_global
 
             def split(plan: RowPlan, b: int) -> RowPlan:
                 return plan.subset((g[plan.ids] % delay) == b)
@@ -350,6 +478,10 @@ class RootAggregation:
             self.bins = [RootPlans(*(split(plan, b) for plan in (
                 self.plans.reduce_leaf, self.plans.reduce_root, self.plans.bcast_leaf,
                 self.plans.bcast_root))) for b in range(delay)]
+        #: int64 per bin: where that bin's rows lie in the reduce plan's received rows
+        received_bins = g[self.plans.reduce_root.ids] % delay if delay > 0 else None
+        self.reduce_positions = [torch.nonzero(received_bins == b).flatten() for b in range(delay)]
+        self.attention_layers: dict[int, AttentionLayerState] = {}
 
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
         if h.shape[0] != self.n_roots:
@@ -369,8 +501,10 @@ class RootAggregation:
 
     def attention(self, layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
                   dropout=None) -> torch.Tensor:
-        """GAT's attention at the roots (:func:`exact_attention`), [n_roots, H, D]; training under
-        cd-0 and evaluation alike (cd-r has no attention rule yet: refused by the trainer)."""
+        """GAT's attention at the roots, [n_roots, H, D]: exact (:func:`exact_attention`) under
+        cd-0 and in evaluation; cd-r in training as :meth:`_delayed_attention`."""
+        if self.training and self.delay > 0 and not self.single:
+            return self._delayed_attention(layer, z, el, er, dropout)
         comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
         return exact_attention(self.part, z, el, er, self.plans,
                                broadcast_to(self.plans.reduce_leaf, self.plans.reduce_root),
@@ -396,9 +530,10 @@ class RootAggregation:
         r, n_roots, comm = self.delay, self.n_roots, self.comm
         stored, constant = layer in self.stored_input_layers, layer in self.constant_layers
         state = self.layers.setdefault(layer, RootLayerState())
+        delayed_copies = not stored and not self.fresh_copies
         if state.remote is None:
             state.remote = h.new_zeros((n_roots, h.shape[1]), dtype=torch.float32)
-            if not stored:
+            if delayed_copies:
                 state.table = h.new_zeros((self.part.num_local, h.shape[1]))  # h's row dtype
         e = state.step
         bins = self.bins[e % r]
@@ -408,16 +543,19 @@ class RootAggregation:
                     rows = state.pending_reduce.pop(e - r).wait()
                     state.remote[bins.reduce_root.ids] = 0.0
                     state.remote.index_add_(0, bins.reduce_root.ids, rows)
-                if not stored:
+                if delayed_copies:
                     rows = state.pending_bcast.pop(e - r).wait()
                     state.table[bins.bcast_leaf.ids] = rows
         if stored:
             p = self._local(self.feat_rows)
+        elif self.fresh_copies:
+            p = self._local(_Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers,
+                                             "forward"))
         else:
             p = _TableSum.apply(h, self, state, e)
         if comm.size > 1:
             with self.timers("exchange_wait"):
-                if not stored:
+                if delayed_copies:
                     state.pending_bcast[e] = comm.exchange_rows_async(
                         h[bins.bcast_root.ids], bins.bcast_root, bins.bcast_leaf, "forward",
                         "broadcast")
@@ -434,24 +572,97 @@ class RootAggregation:
             self.settled[layer] = out.detach()
         return out
 
+    def _delayed_attention(self, layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
+                           dropout) -> torch.Tensor:
+        """cd-r attention under root at this layer's training step, [n_roots, H, D]: GraphSAGE's
+        bins and delays (module docstring) for three messages of a bin vertex v: its root's [z, el]
+        to the leaves with local out-edges and its er to those with local in-edges (the copies
+        their kernels read, zero before the first delivery), and those leaves' partials (m, s, q)
+        to the root, which merges its fresh partial with the last delivered ones (none before
+        the first delivery). Delayed gradients travel back as for GraphSAGE."""
+        from distgnn.attention import local_attention, merge
+
+        r, n_roots, comm, part = self.delay, self.n_roots, self.comm, self.part
+        n_local, (_, H, D) = part.num_local, z.shape
+        state = self.attention_layers.setdefault(layer, AttentionLayerState())
+        if state.partials is None:
+            if not self.fresh_copies:
+                state.sources = z.new_zeros((n_local, H * D + H))
+                state.destinations = z.new_zeros((n_local, H))
+            state.partials = z.new_zeros((int(self.plans.reduce_root.ids.numel()), 2 * H + H * D))
+            state.partials[:, :H] = float("-inf")
+        e = state.step
+        b = e % r
+        bins = self.bins[b]
+        if e >= r:
+            with self.timers("exchange_wait"):
+                if not self.fresh_copies:
+                    state.sources[bins.bcast_leaf.ids] = state.pending_sources.pop(e - r).wait()
+                    state.destinations[bins.reduce_leaf.ids] = \
+                        state.pending_destinations.pop(e - r).wait()
+                state.partials[self.reduce_positions[b]] = state.pending_partials.pop(e - r).wait()
+        fresh = torch.cat([z.reshape(n_roots, H * D), el], 1)
+        if self.fresh_copies:
+            src = _Broadcast.apply(fresh, n_local, self.plans, comm, self.timers, "forward")
+            dst = _Broadcast.apply(er, n_local, broadcast_to(self.plans.reduce_leaf,
+                                                             self.plans.reduce_root),
+                                   comm, self.timers, "forward")
+        else:
+            src = _StaleCopies.apply(fresh, state.sources, self, state.pending_grad_sources,
+                                     bins.bcast_leaf, bins.bcast_root, e)
+            dst = _StaleCopies.apply(er, state.destinations, self, state.pending_grad_destinations,
+                                     bins.reduce_leaf, bins.reduce_root, e)
+        m, s, q = local_attention(part.indptr, part.indices, src[:, :H * D].view(n_local, H, D),
+                                  src[:, H * D:], dst, n_roots, dropout, self.threads,
+                                  lambda: self.timers("aggregate"))
+        p = torch.cat([m, s, q.reshape(n_local, H * D)], 1)
+        with self.timers("exchange_wait"):
+            if not self.fresh_copies:
+                state.pending_sources[e] = comm.exchange_rows_async(
+                    fresh[bins.bcast_root.ids], bins.bcast_root, bins.bcast_leaf, "forward",
+                    "broadcast")
+                state.pending_destinations[e] = comm.exchange_rows_async(
+                    er[bins.reduce_root.ids], bins.reduce_root, bins.reduce_leaf, "forward",
+                    "broadcast")
+            state.pending_partials[e] = comm.exchange_rows_async(
+                p[bins.reduce_leaf.ids], bins.reduce_leaf, bins.reduce_root, "forward", "reduce")
+        state.step += 1
+        own, got = _StalePartials.apply(p, state.partials, self, state, e, H)
+        return merge(own[:, :H], own[:, H:2 * H], own[:, 2 * H:].view(n_roots, H, D),
+                     self.plans.reduce_root.ids, got[:, :H], got[:, H:2 * H],
+                     got[:, 2 * H:].view(-1, H, D))
+
     def finish(self) -> None:
         """Complete every message still in flight (before a checkpoint or MPI finalize)."""
         with self.timers("exchange_wait"):
             complete_pending(m for s in self.layers.values() for m in s.pending())
+            complete_pending(pending for s in self.attention_layers.values()
+                             for pending in s.pending().values())
 
     def state_dict(self) -> dict[str, Any]:
         """Step counters, kept rows and received payloads (waits for those in flight)."""
         self.finish()
-        return {layer: {"step": s.step, "table": s.table, "remote": s.remote,
-                        "pending_bcast": received(s.pending_bcast),
-                        "pending_reduce": received(s.pending_reduce),
-                        "pending_grad_reduce": received(s.pending_grad_reduce),
-                        "pending_grad_bcast": received(s.pending_grad_bcast)}
-                for layer, s in self.layers.items()}
+        out: dict[Any, Any] = {
+            layer: {"step": s.step, "table": s.table, "remote": s.remote,
+                    "pending_bcast": received(s.pending_bcast),
+                    "pending_reduce": received(s.pending_reduce),
+                    "pending_grad_reduce": received(s.pending_grad_reduce),
+                    "pending_grad_bcast": received(s.pending_grad_bcast)}
+            for layer, s in self.layers.items()}
+        for layer, s in self.attention_layers.items():
+            out[f"attention/{layer}"] = {
+                **{name: getattr(s, name) for name in AttentionLayerState.TABLES},
+                **{name: received(pending) for name, pending in s.pending().items()}}
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.layers, self.settled = {}, {}
+        self.layers, self.settled, self.attention_layers = {}, {}, {}
         for layer, s in state.items():
+            if isinstance(layer, str) and layer.startswith("attention/"):
+                self.attention_layers[int(layer.split("/")[1])] = AttentionLayerState(**{
+                    name: (delivered(value) if name.startswith("pending_") else value)
+                    for name, value in s.items()})
+                continue
             self.layers[int(layer)] = RootLayerState(
                 step=s["step"], table=s["table"], remote=s["remote"],
                 pending_bcast=delivered(s["pending_bcast"]),

@@ -112,7 +112,8 @@ class Trainer:
                 self.part, norm, self.comm, self.eval_comm, self.timers,
                 config.threads, stored, self.algorithm.delay,
                 stored if config.input_cache else frozenset(),
-                resolve_delayed_gradients(config.delayed_gradients, self.algorithm, self.apply))
+                resolve_delayed_gradients(config.delayed_gradients, self.algorithm, self.apply),
+                config.fresh_copies)
         else:
             # layer 0 aggregating first sees the constant features (no dropout before it): with
             # the input cache on, 0c and cd-r keep their own layer-0 aggregate once it settles

@@ -28,6 +28,7 @@ VERTICES = {0: [0, 1, 6, 4], 1: [2, 5, 7, 0], 2: [3, 4, 0, 5]}   #: roots first,
 ROOT = {0: 0, 5: 1, 4: 2}
 GLOBAL_IN_DEGREE = {0: 4, 5: 3, 4: 2}
 NUM_GLOBAL, WIDTH = 8, 2
+HEADS = 2   #: attention runs (``@root-gat``): z [n, HEADS, WIDTH], el and er [n, HEADS]
 
 
 def csr(n, pairs):
@@ -84,11 +85,57 @@ def features(step: int) -> torch.Tensor:
     return torch.from_numpy(np.random.default_rng(step).standard_normal((NUM_GLOBAL, WIDTH)))
 
 
+def attention_inputs(step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """z [NUM_GLOBAL, HEADS, WIDTH], el and er [NUM_GLOBAL, HEADS] at this step, by global id."""
+    rng = np.random.default_rng(1000 + step)
+    z = rng.standard_normal((NUM_GLOBAL, HEADS, WIDTH))
+    el, er = rng.standard_normal((2, NUM_GLOBAL, HEADS))
+    return torch.from_numpy(z), torch.from_numpy(el), torch.from_numpy(er)
+
+
+def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, fresh: bool,
+              attention: bool) -> list | None:
+    """Under apply-at-root with delayed gradients, the same inputs at every step (step 0's) and the
+    loss sum(out * weight), weight fixed by global id: per step, every root's input gradient (z, el,
+    er for attention; h for the mean)."""
+    agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=delay,
+                          delayed_gradients=True, fresh_copies=fresh)
+    ids, out = part.local_to_global[:part.num_roots], []
+    for _ in range(steps):
+        if attention:
+            inputs = [t[ids].float().requires_grad_() for t in attention_inputs(0)]
+            a = agg.attention(0, *inputs)
+        else:
+            inputs = [features(0)[ids].float().requires_grad_()]
+            a = agg(0, inputs[0])
+        weight = torch.from_numpy(np.random.default_rng(7).standard_normal((NUM_GLOBAL, a[0].numel())))
+        (a.flatten(1) * weight[ids].float()).sum().backward()
+        out.append({int(g): torch.cat([t.grad[i].flatten() for t in inputs]).tolist()
+                    for i, g in enumerate(ids)})
+    agg.finish()
+    return comm.gather(out)
+
+
 def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     part = build(comm.rank, comm.size)
     algorithm = parse_algorithm(algo)
+    fresh = apply.endswith("-fresh")   # --fresh-copies
+    apply = apply.removesuffix("-fresh")
+    if apply in ("root-grad", "root-gat-grad"):  # frozen inputs: each root's input gradients
+        return gradients(comm, part, algorithm.delay, steps, fresh, apply == "root-gat-grad")
+    if apply == "root-gat":  # GAT's attention at the roots
+        agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
+                              fresh_copies=fresh)
+        ids, out = part.local_to_global[:part.num_roots], []
+        for step in range(steps):
+            z, el, er = (t[ids].float() for t in attention_inputs(step))
+            a = agg.attention(0, z, el, er)
+            out.append({int(g): a[i].flatten().tolist() for i, g in enumerate(ids)})
+        agg.finish()
+        return comm.gather(out)
     if apply == "root":
-        agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay)
+        agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
+                              fresh_copies=fresh)
         rows = part.num_roots
     else:
         agg = DistributedAggregation(part, algorithm, "mean", comm, comm.dup(), Timers(), 1)
@@ -104,7 +151,8 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
 
 
 def main() -> None:
-    """argv: ALGO[@APPLY]:STEPS ... (APPLY: replicas, the default, or root); prints
+    """argv: ALGO[@APPLY]:STEPS ... (APPLY: replicas, the default, root, or root-gat: GAT's
+    attention at the roots; root and root-gat with -fresh: --fresh-copies); prints
     {spec before ':': values[rank][step][vertex]} on rank 0."""
     comm = Communicator()
     results = {}

@@ -48,7 +48,8 @@ def part_stores(wildcards):
 def train_options(algo):
     """`distgnn train` options of one algorithm from config['train'] (the experiment's model and
     schedule): `apply` as configured (refused at load time where the algorithm cannot run it),
-    `delayed_gradients` (when set) for cd-<r> only, the one algorithm it applies to."""
+    `delayed_gradients` (when set) and `fresh_copies` (when true) for cd-<r> only, the one
+    algorithm they apply to."""
     t = config["train"]
     flags = ["model", "epochs", "layers", "hidden", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "checkpoint_every", "precision"]
@@ -68,6 +69,8 @@ def train_options(algo):
     algorithm = parse_algorithm(algo)
     if t.get("delayed_gradients") is not None and algorithm.delay > 0 and not algorithm.original:
         options.append("--delayed-gradients" if t["delayed_gradients"] else "--no-delayed-gradients")
+    if t.get("fresh_copies") and algorithm.delay > 0 and not algorithm.original:
+        options.append("--fresh-copies")
     return " ".join(options)
 
 
