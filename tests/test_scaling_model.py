@@ -188,3 +188,44 @@ def test_apply_at_root_runs_each_vertex_dense_work_once() -> None:
         predict_epoch(4, "0c", GRAPH, MODEL, _costs(), law, net, apply="root")
     rows = speedup_table(GRAPH, MODEL, _costs(), law, net, ["cd-0", "0c"], [1, 4])
     assert {(r["algo"], r["apply"]) for r in rows} == {("cd-0", "root"), ("0c", "replicas")}
+
+
+def test_fresh_copies_pay_the_broadcast_every_step():
+    """cd-r --fresh-copies at the root: the broadcast is cd-0's (blocking, forward and backward),
+    the reduce stays in bins, so its exchange lies between cd-5's and cd-0's; it is the same run
+    at P = 1 and means nothing for algorithms without a delay or off the root."""
+    law = ReplicationLaw(a=0.8, b=0.5)
+    net = NetworkModel()
+    for p in (2, 16, 128):
+        plain, fresh, exact = (predict_epoch(p, algo, GRAPH, MODEL, _costs(), law, net, fresh_copies=f)
+                               for algo, f in (("cd-5", False), ("cd-5", True), ("cd-0", False)))
+        assert fresh.fresh_copies and not plain.fresh_copies
+        assert plain.exchange_s < fresh.exchange_s < exact.exchange_s
+        assert fresh.dense_s == plain.dense_s and fresh.aggregate_s == plain.aggregate_s
+    one = [predict_epoch(1, "cd-5", GRAPH, MODEL, _costs(), law, net, fresh_copies=f).total_s
+           for f in (False, True)]
+    assert one[0] == pytest.approx(one[1])
+    for algo, apply in (("cd-0", "auto"), ("0c", "auto"), ("cd-5", "replicas")):
+        assert not predict_epoch(4, algo, GRAPH, MODEL, _costs(), law, net, apply=apply,
+                                 fresh_copies=True).fresh_copies
+
+
+def test_cli_predict_fresh_copies(tmp_path, capsys):
+    from distgnn.cli import main
+
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"graph": GRAPH.__dict__, "costs": _costs().to_dict(),
+                               "replication": ReplicationLaw(a=0.8, b=0.5).to_dict(),
+                               "network": NetworkModel().to_dict()}))
+    common = ["scaling-model", "predict", "--calibration", str(cal), "--parts", "1", "8",
+              "--algos", "cd-0", "cd-5"]
+    assert main(common + ["--json"]) == 0
+    plain = {(r["algo"], r["P"]): r for r in json.loads(capsys.readouterr().out)}
+    assert main(common + ["--json", "--fresh-copies"]) == 0
+    fresh = {(r["algo"], r["P"]): r for r in json.loads(capsys.readouterr().out)}
+    assert fresh["cd-5", 8]["fresh_copies"] and not fresh["cd-0", 8]["fresh_copies"]
+    assert fresh["cd-5", 8]["speedup"] < plain["cd-5", 8]["speedup"]
+    assert fresh["cd-0", 8]["speedup"] == pytest.approx(plain["cd-0", 8]["speedup"])
+    assert {"algo", "P", "speedup", "dominant"} <= set(fresh["cd-5", 8])
+    assert main(common + ["--fresh-copies"]) == 0
+    assert "| cd-5 --fresh-copies | root | 8 |" in capsys.readouterr().out

@@ -16,6 +16,8 @@ Per rank (the slowest one sets the epoch):
 * cd-r: forward only, 1/r of the rows, posted non-blocking and waited r steps later: counted as
   latency plus the copies of 1/r of the rows (the transfer itself is taken as hidden behind compute);
   under ``root`` two messages per layer and the copy of the roots' rows into the source table;
+  with ``fresh_copies`` (``distgnn train --fresh-copies``) the broadcast is cd-0's instead (one
+  blocking Alltoallv forward, its adjoint backward) and only the reduce moves in bins;
 * 0c: no exchange;
 * every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead;
 * ranks sharing one machine (``ranks_per_node`` > 1) compute slower by the measured concurrency
@@ -45,12 +47,12 @@ class EpochPrediction:
     exchange_s: float
     allreduce_s: float
     overhead_s: float
+    apply: str = "replicas"
+    fresh_copies: bool = False
 
     @property
     def total_s(self) -> float:
         return self.aggregate_s + self.dense_s + self.exchange_s + self.allreduce_s + self.overhead_s
-
-    apply: str = "replicas"
 
     def dominant(self) -> str:
         parts = {"aggregation": self.aggregate_s, "dense": self.dense_s, "exchange": self.exchange_s,
@@ -60,11 +62,14 @@ class EpochPrediction:
 
 def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, costs: ComputeCosts,
                   law: ReplicationLaw, net: NetworkModel, rf: float | None = None,
-                  ranks_per_node: int = 1, apply: str = "auto") -> EpochPrediction:
+                  ranks_per_node: int = 1, apply: str = "auto",
+                  fresh_copies: bool = False) -> EpochPrediction:
     """Predicted epoch of ``algo`` at ``parts`` ranks (``rf`` overrides the law's RF(P));
-    ``ranks_per_node`` ranks share each machine; ``apply`` as ``distgnn train --apply``."""
+    ``ranks_per_node`` ranks share each machine; ``apply`` and ``fresh_copies`` as ``distgnn
+    train --apply`` and ``--fresh-copies`` (cd-<r> at the root only; ignored otherwise)."""
     a = parse_algorithm(algo)
     apply = resolve_apply(apply, a)
+    fresh_copies = fresh_copies and a.delay > 0 and apply == "root"
     rf = 1.0 if parts == 1 else float(rf if rf is not None else law(parts))
     n = rf * graph.num_nodes / parts * (law.vertex_balance if parts > 1 else 1.0)
     m = graph.num_edges / parts * (law.edge_balance if parts > 1 else 1.0)
@@ -80,6 +85,13 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
             if a.delay == 0:
                 one = 2 * net.alltoallv(parts, leaves * w * F32) + costs.copy_s_per_float * (n * w + 4 * leaves * w)
                 exchange += 2 * one  # forward and backward (the adjoint)
+            elif fresh_copies:
+                # cd-0's broadcast, blocking, forward and its adjoint backward; the reduce (and its
+                # delayed gradient) in bins of 1/r of the rows, non-blocking
+                broadcast = net.alltoallv(parts, leaves * w * F32) + costs.copy_s_per_float * (
+                    n * w + 2 * leaves * w)
+                exchange += 2 * broadcast + 2 * (parts - 1) * net.latency + costs.copy_s_per_float * (
+                    2 * leaves * w / a.delay)
             elif apply == "root":
                 # two messages posted per layer (broadcast and reduce), 1/r of the rows each, and
                 # the roots' rows copied into the persistent source table
@@ -89,22 +101,24 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
                 exchange += 2 * (parts - 1) * net.latency + costs.copy_s_per_float * 3 * leaves * w / a.delay
     allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)
     return EpochPrediction(parts, algo, rf, aggregate, dense, exchange, allreduce, costs.overhead_s,
-                           apply)
+                           apply, fresh_copies)
 
 
 def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law: ReplicationLaw,
                   net: NetworkModel, algos: list[str], parts: list[int], ranks_per_node: int = 1,
-                  apply: str = "auto") -> list[dict]:
+                  apply: str = "auto", fresh_copies: bool = False) -> list[dict]:
     """One row per (algo, P): the prediction's parts, total and speedup over P = 1 (cd-0 at P = 1
     is the single-socket reference for every algorithm: at P = 1 they coincide). ``apply``:
-    ``auto`` (each algorithm's default), ``root`` (refused for 0c and cd-r-orig) or ``replicas``."""
+    ``auto`` (each algorithm's default), ``root`` (refused for 0c and cd-r-orig) or ``replicas``;
+    ``fresh_copies``: cd-<r> at the root as under ``distgnn train --fresh-copies``."""
     base = predict_epoch(1, "cd-0", graph, model, costs, law, net).total_s
     rows = []
     for algo in algos:
         for p in parts:
             e = predict_epoch(p, algo, graph, model, costs, law, net, ranks_per_node=ranks_per_node,
-                              apply=apply)
-            rows.append({"algo": algo, "apply": e.apply, "P": p, "rf": e.replication_factor,
+                              apply=apply, fresh_copies=fresh_copies)
+            rows.append({"algo": algo, "apply": e.apply, "fresh_copies": e.fresh_copies, "P": p,
+                         "rf": e.replication_factor,
                          "epoch_s": e.total_s,
                          "speedup": base / e.total_s, "aggregate_s": e.aggregate_s, "dense_s": e.dense_s,
                          "exchange_s": e.exchange_s, "allreduce_s": e.allreduce_s, "dominant": e.dominant()})

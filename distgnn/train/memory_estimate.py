@@ -18,8 +18,12 @@ starting ``distgnn train`` (it reads only attributes: no array is loaded). Compo
 * ``optimizer``: parameters, gradients, the flat all-reduce buffer and Adam's two moments.
 
 Under apply-at-root (``apply`` resolving to ``root``) the dense rows are the part's roots: the input
-cache and the saved activations count n_roots rows, while the features, the source table and the
-local partials of the widest layer still count all n_k rows.
+cache, the saved activations and the widest layer's working set count n_roots rows, while the
+features count all n_k rows. The kernel's n_k-row source table and partials live only inside one
+aggregation and do not raise the peak (refit of 2026-12-02: synth-products x0.1 and x0.25, cd-0,
+P = 2, measured peak over estimate 0.80 with an n_k-row working set, 0.89 with a root-sized one;
+on the replicas 0.92-0.93, at P = 1 1.00-1.02). GAT keeps an n_k-row working set (its partials
+m, s, q are as wide as its rows; not refitted).
 
 Calibrated against measured ``peak_rss_bytes`` (``bench/full_size.py`` prints the ratio); the
 constants below name the counts of [n_k, width] float32 tensors they stand for.
@@ -149,7 +153,8 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
     if model == "gin":  # each MLP keeps its input and its hidden layer before and after the ReLU
         saved += sum(i + 2 * hidden for i, _, _ in widths)
     working = max(WORKING_SET_TENSORS * max(a, o) for _, o, a in widths)
-    activations = (dense * saved + n * working) * f32
+    working_rows = n if model == "gat" else dense
+    activations = (dense * saved + working_rows * working) * f32
     exchange = 0
     if exchanges and shape.num_parts > 1:
         widest = max(a for _, _, a in widths)
