@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,6 +67,15 @@ def _costs() -> ComputeCosts:
     return ComputeCosts(agg_s_per_edge_col=1e-9, dense_s_per_vertex_unit=2e-12, copy_s_per_float=5e-10)
 
 
+def _calibration(folder: Path) -> Path:
+    """A calibration file of GRAPH with _costs(), as bench.scaling writes one."""
+    cal = folder / "cal.json"
+    cal.write_text(json.dumps({"graph": GRAPH.__dict__, "costs": _costs().to_dict(),
+                               "replication": ReplicationLaw(a=0.8, b=0.5).to_dict(),
+                               "network": NetworkModel().to_dict()}))
+    return cal
+
+
 def test_predictions_monotone_where_they_must_be():
     law = ReplicationLaw(a=0.8, b=0.5)
     net = NetworkModel()
@@ -107,10 +117,7 @@ def test_exchange_bytes_follow_replication():
 def test_cli_predict(tmp_path, capsys):
     from distgnn.cli import main
 
-    cal = tmp_path / "cal.json"
-    cal.write_text(json.dumps({"graph": GRAPH.__dict__, "costs": _costs().to_dict(),
-                               "replication": ReplicationLaw(a=0.8, b=0.5).to_dict(),
-                               "network": NetworkModel().to_dict()}))
+    cal = _calibration(tmp_path)
     assert main(["scaling-model", "predict", "--calibration", str(cal), "--graph", "ogbn-papers100M",
                  "--parts", "1", "16", "128", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -213,10 +220,7 @@ def test_fresh_copies_pay_the_broadcast_every_step():
 def test_cli_predict_fresh_copies(tmp_path, capsys):
     from distgnn.cli import main
 
-    cal = tmp_path / "cal.json"
-    cal.write_text(json.dumps({"graph": GRAPH.__dict__, "costs": _costs().to_dict(),
-                               "replication": ReplicationLaw(a=0.8, b=0.5).to_dict(),
-                               "network": NetworkModel().to_dict()}))
+    cal = _calibration(tmp_path)
     common = ["scaling-model", "predict", "--calibration", str(cal), "--parts", "1", "8",
               "--algos", "cd-0", "cd-5"]
     assert main(common + ["--json"]) == 0
