@@ -8,7 +8,9 @@ ours and DGL 1.1.3 on the given order (DGL as a user runs it: default allocator)
 part's default vertex order (the graph renumbered by the function ``distgnn partition`` uses, as
 one part holds it: the arrays a P = 1 part stores), then also with the rows and CSR on 2 MB pages
 (as ``distgnn train`` loads them); DGL given that order and 2 MB pages (the like-for-like line);
-torch.sparse and PyG. Prints ms, the speedup over DGL as a user runs it and like for like, and
+torch.sparse and PyG. Our outputs come from the output pool (an output nothing uses any more is
+reused, as in training, distgnn/output_pool.py); one line allocates a fresh output per call
+instead. Prints ms, the speedup over DGL as a user runs it and like for like, and
 effective GB/s = (gathered m*F*4 + index bytes + output bytes) / time
 (docs/design.md, section 5), beside a STREAM triad measured in the same run, as a markdown table. Extra
 "ours" rows switch techniques off one at a time, to show which pay here. A case that fails (out of
@@ -27,6 +29,7 @@ from bench.common import interleaved_min, machine_line, markdown_table, stream_t
 from bench.graphs import bench_graph
 from distgnn import _native, ops
 from distgnn.memory import huge_page_copy
+from distgnn.output_pool import POOL
 from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER, block_permutation, relabel_csr
 
 
@@ -82,7 +85,8 @@ def _pyg_cases(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor,
 
 
 def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
-                        only: Optional[List[str]] = None) -> List[List[str]]:
+                        only: Optional[List[str]] = None,
+                        skip: tuple[str, ...] = ()) -> List[List[str]]:
     ip_np, ix_np = bench_graph(name)
     indptr, indices = torch.from_numpy(ip_np), torch.from_numpy(ix_np)
     n, m = indptr.numel() - 1, indices.numel()
@@ -91,7 +95,7 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
     _native.csr_transpose(indptr, indices, n, t_indptr, t_indices)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(n, dim, generator=gen)
-    g = torch.randn(n, dim, generator=gen)
+    g = x  # backward's incoming gradient: any [n, F] rows do; sharing x's saves 2 x 2.5 GB on P26
     graph_sorted = ops.rows_sorted(indptr, indices)
 
     def ours(**tuning: int) -> Dict[str, Callable[[], object]]:
@@ -105,11 +109,22 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
     _native.csr_transpose(o_ip, o_ix, n, o_tip, o_tix)
     ordered = [torch.from_numpy(a) for a in (o_ip, o_ix, o_tip, o_tix)]
     huge = [torch.from_numpy(huge_page_copy(a)) for a in (o_ip, o_ix, o_tip, o_tix)]
-    huge_x, huge_g = (torch.from_numpy(huge_page_copy(t.numpy())) for t in (x, g))
+    huge_x = huge_g = torch.from_numpy(huge_page_copy(x.numpy()))
 
-    def ours_on(csr, xs: torch.Tensor, gs: torch.Tensor) -> Dict[str, Callable[[], object]]:
-        return {"fwd": lambda: ops.spmm(csr[0], csr[1], xs, None, None, threads, True),
-                "bwd": lambda: ops.spmm(csr[2], csr[3], gs, None, None, threads, True)}
+    def ours_on(csr, xs: torch.Tensor, gs: torch.Tensor, **tuning: int) -> Dict[str, Callable[[], object]]:
+        return {"fwd": lambda: ops.spmm(csr[0], csr[1], xs, None, None, threads, True, **tuning),
+                "bwd": lambda: ops.spmm(csr[2], csr[3], gs, None, None, threads, True, **tuning)}
+
+    def fresh_outputs(cases: Dict[str, Callable[[], object]]) -> Dict[str, Callable[[], object]]:
+        """The same calls with a new output allocated each time (no reuse: the page faults of
+        the first write land in the kernel, as for a library that allocates per call)."""
+        def run(fn: Callable[[], object]) -> object:
+            POOL.enabled = False
+            try:
+                return fn()
+            finally:
+                POOL.enabled = True
+        return {d: (lambda fn=fn: run(fn)) for d, fn in cases.items()}
 
     failed: Dict[str, str] = {}
 
@@ -127,16 +142,20 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
         dgl_name: built(dgl_name, lambda: _dgl_cases(indptr, indices, x, g)),
         f"ours, order {DEFAULT_VERTEX_ORDER} (a P = 1 part's arrays)": ours_on(ordered, x, g),
         f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (as distgnn train)": ours_on(huge, huge_x, huge_g),
+        f"ours, order {DEFAULT_VERTEX_ORDER}, a fresh output per call": fresh_outputs(ours_on(ordered, x, g)),
         like_name: built(like_name, lambda: _dgl_cases(huge[0], huge[1], huge_x, huge_g)),
         "torch.sparse.mm (CSR)": _torch_sparse_cases(indptr, indices, t_indptr, t_indices, x, g),
         pyg_name: built(pyg_name, lambda: _pyg_cases(indptr, indices, x, g)),
         "ours + source tiling (5 tiles, opt-in)": ours(tiles=5),
+        f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages + source tiling (5 tiles)": ours_on(
+            huge, huge_x, huge_g, tiles=5),
         "ours, no prefetch": ours(prefetch=0),
         "plain OpenMP row loop (ours without blocks, prefetch, edge chunks)": ours(
             prefetch=0, block=256, chunk_edges=m + n),
     }
     if only:
         libraries = {k: v for k, v in libraries.items() if k in only}
+    libraries = {k: v for k, v in libraries.items() if not any(s in k for s in skip)}
     cases = {f"{lib}|{d}": fn for lib, fns in libraries.items() for d, fn in fns.items()}
     for key, fn in list(cases.items()):  # warm up (lazy formats, page faults); drop what fails
         try:
@@ -193,6 +212,11 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="ours and DGL only")
+    parser.add_argument("--skip", nargs="+", default=[], metavar="TEXT",
+                        help="leave out the lines whose name contains any TEXT (e.g. torch.sparse "
+                             "PyG: on P26 they fail under the memory limit anyway)")
+    parser.add_argument("--ceiling-mib", type=int, nargs="+", default=[2, 8, 16, 32, 64, 256],
+                        help="table sizes of the gather-rate ceiling (2560: P26's table)")
     parser.add_argument("--mem-limit-gb", type=float, default=14.0,
                         help="address-space limit, so a baseline that materialises E x F messages "
                              "fails alone instead of waking the OOM killer on a shared machine")
@@ -206,14 +230,15 @@ def main() -> None:
     if not args.quick:
         print("Random-row gather rate of the kernel against the size of the table gathered from "
               f"(F = {args.dim}, uniform sources, {args.threads} threads):\n")
-        print(markdown_table(["table MiB", "gathered GB/s"], gather_rates(args.dim, args.threads,
-                                                                        args.repeats)) + "\n", flush=True)
+        print(markdown_table(["table MiB", "gathered GB/s"], gather_rates(
+            args.dim, args.threads, args.repeats, tuple(args.ceiling_mib))) + "\n", flush=True)
     for name in args.graphs:  # one table per graph, printed as soon as it is measured
         before = stream_triad(args.threads)
         only = ["ours", "DGL 1.1.3 update_all(copy_u, sum)",
                 f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (as distgnn train)",
                 f"DGL 1.1.3, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (like for like)"] if args.quick else None
-        rows = bench_graph_kernels(name, args.dim, args.threads, args.repeats, only)
+        rows = bench_graph_kernels(name, args.dim, args.threads, args.repeats, only,
+                                   tuple(args.skip))
         after = stream_triad(args.threads)
         print(f"{name}: STREAM triad (float32, torch, {args.threads} threads) before/after: "
               f"{before:.1f} / {after:.1f} GB/s\n")

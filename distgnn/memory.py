@@ -83,10 +83,16 @@ def huge_page_copy(array: "np.ndarray") -> "np.ndarray":
 def huge_page_bytes() -> int | None:
     """Bytes of this process's anonymous memory on huge pages now (AnonHugePages of
     /proc/self/smaps_rollup), or None where the kernel does not say."""
+    return proc_kib_field("/proc/self/smaps_rollup", "AnonHugePages")
+
+
+def proc_kib_field(path: str, field: str) -> int | None:
+    """The ``field:`` line of a /proc file that counts in kB (``/proc/meminfo``,
+    ``/proc/self/smaps_rollup``), in bytes; None where the file or the line is missing."""
     try:
-        with open("/proc/self/smaps_rollup") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("AnonHugePages:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None

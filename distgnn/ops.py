@@ -18,6 +18,7 @@ import torch
 
 from distgnn import _native
 from distgnn.errors import DistgnnError
+from distgnn.output_pool import POOL
 
 NORMS = ("sum", "mean", "gcn", "sym")
 #: instruction sets of the aggregation kernels, narrowest first (native/include/distgnn/aggregate.hpp)
@@ -174,11 +175,12 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Op
 
     x [n_src, F]; result [len(indptr) - 1, F]; self_term covers the first len(self_term) rows;
     scale [n_dst] and weight [n_src] float (None: 1). bfloat16 x (and self_term): summed in
-    float32, result float32. ``sorted``: rows ascend (allows source tiling). ``plan``: the CSR's
+    float32, result float32; a large result reuses the memory of an earlier one that nothing uses
+    any more (:mod:`distgnn.output_pool`). ``sorted``: rows ascend (allows source tiling). ``plan``: the CSR's
     chunk plan (:meth:`_Graph.plan`). ``tuning``: chunk_edges, block, prefetch, tiles (see
     native/include/distgnn/aggregate.hpp)."""
     if x.dtype == torch.bfloat16:  # bfloat16 rows, float32 sums and result
-        y = torch.empty(indptr.numel() - 1, x.shape[1], dtype=torch.float32)
+        y = POOL.empty((indptr.numel() - 1, x.shape[1]), torch.float32)
         tuning.pop("tiles", None)
         _native.aggregate_spmm_bf16(indptr, indices, x.view(torch.int16), y,
                                     None if scale is None else scale.float(),
@@ -187,7 +189,7 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Op
                                     weight=None if weight is None else weight.float(), plan=plan,
                                     **tuning)
         return y
-    y = torch.empty(indptr.numel() - 1, x.shape[1], dtype=x.dtype)
+    y = POOL.empty((indptr.numel() - 1, x.shape[1]), x.dtype)
     _native.aggregate_spmm(indptr, indices, x, y, scale, self_term, _threads(threads),
                            sorted=sorted, weight=weight, plan=plan, **tuning)
     return y

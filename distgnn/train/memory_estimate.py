@@ -224,13 +224,9 @@ def measure_baseline() -> int:
 
 def available_memory_bytes() -> int:
     """MemAvailable from /proc/meminfo (bytes); 0 where unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    from distgnn.memory import proc_kib_field
+
+    return proc_kib_field("/proc/meminfo", "MemAvailable") or 0
 
 
 def fits(estimates: list[MemoryEstimate], budget_bytes: int) -> tuple[bool, str]:
