@@ -24,6 +24,7 @@ import torch
 from distgnn import _native
 from distgnn.errors import DistgnnError
 from distgnn.ops import _graph, _threads
+from distgnn.output_pool import POOL
 
 #: LeakyReLU slope of the GAT paper (and of DGL's GATConv default)
 SLOPE = 0.2
@@ -55,7 +56,7 @@ class _LocalAttention(torch.autograd.Function):
         n_dst, H = er.shape
         m = torch.empty((n_dst, H), dtype=z.dtype)
         s = torch.empty((n_dst, H), dtype=z.dtype)
-        q = torch.empty((n_dst, z.shape[1]), dtype=z.dtype)
+        q = POOL.empty((n_dst, z.shape[1]), z.dtype)   # the kernel writes every row
         with timer():
             _native.attention_forward(graph.indptr, graph.indices, z, el, er, n_self, SLOPE, m, s,
                                       q, threads=threads, **drop)
@@ -70,7 +71,7 @@ class _LocalAttention(torch.autograd.Function):
         gs = torch.zeros_like(m) if gs is None else gs.contiguous()
         gq = torch.zeros((m.shape[0], z.shape[1]), dtype=z.dtype) if gq is None else gq.contiguous()
         t = ctx.graph.transpose(z.shape[0])
-        gz, gel, ger = torch.empty_like(z), torch.empty_like(el), torch.empty_like(er)
+        gz, gel, ger = POOL.empty(tuple(z.shape), z.dtype), torch.empty_like(el), torch.empty_like(er)
         with ctx.timer():
             _native.attention_backward(ctx.graph.indptr, ctx.graph.indices, t.indptr, t.indices, z,
                                        el, er, ctx.n_self, SLOPE, m, gq, gs, gz, gel, ger,

@@ -322,14 +322,14 @@ class _Dropout(torch.autograd.Function):
                 gids: torch.Tensor, threads: int) -> torch.Tensor:
         ctx.p, ctx.key, ctx.threads = p, key, threads
         ctx.save_for_backward(gids)
-        out = torch.empty_like(x)
+        out = POOL.empty(tuple(x.shape), x.dtype)   # the kernel writes every entry
         _native.dropout_apply(x.contiguous(), gids, out, p, *key, _threads(threads))
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         (gids,) = ctx.saved_tensors
-        out = torch.empty_like(grad, memory_format=torch.contiguous_format)
+        out = POOL.empty(tuple(grad.shape), grad.dtype)
         _native.dropout_apply(grad.contiguous(), gids, out, ctx.p, *ctx.key, _threads(ctx.threads))
         return out, None, None, None, None
 

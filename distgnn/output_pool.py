@@ -1,4 +1,4 @@
-"""Reused output buffers for the aggregation kernel (docs/design.md, "Output buffers").
+"""Reused output buffers for the native kernels (docs/design.md, "Output buffers").
 
 A large tensor that torch allocates comes from a fresh anonymous mapping (glibc serves every block
 over 32 MB that way, and ``distgnn`` lowers that bound to 1 MB), so the kernel that first writes
@@ -102,8 +102,9 @@ class OutputPool:
         self._blocks = {n: bs for n, bs in self._blocks.items() if bs}
 
 
-#: the pool :func:`distgnn.ops.aggregate` and its backward draw their outputs from: free blocks up
-#: to an eighth of the machine's memory (4 GiB where unknown); ``DISTGNN_REUSE_OUTPUTS=0`` off
+#: the pool the aggregation, attention and dropout kernels draw their large outputs from: free
+#: blocks up to an eighth of the machine's memory (4 GiB where unknown); ``DISTGNN_REUSE_OUTPUTS=0``
+#: turns it off
 POOL = OutputPool(max_idle_bytes=(proc_kib_field("/proc/meminfo", "MemTotal") or 32 << 30) // 8,
                   enabled=os.environ.get(REUSE_ENV, "1") != "0")
 

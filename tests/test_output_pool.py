@@ -98,3 +98,42 @@ def test_reuse_is_off_under_the_environment_variable() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "DISTGNN_REUSE_OUTPUTS": "0"}).stdout
     assert out.strip() == "False"
+
+
+def test_attention_and_dropout_write_every_row_of_a_reused_output() -> None:
+    """The other kernels drawing from the pool (attention's q and its gradient in z, dropout
+    forward and backward) leave nothing of a reused block's old contents either."""
+    from distgnn.attention import local_attention
+    from distgnn.ops_reference import dropout as dropout_reference
+    from distgnn.ops_reference import local_attention as attention_reference
+
+    rng = np.random.default_rng(1)
+    n, H, D = 4000, 4, 80                               # q and z: 5.1 MB, pooled
+    degree = rng.integers(0, 5, n)
+    degree[::5] = 0
+    indptr = torch.from_numpy(np.concatenate([[0], np.cumsum(degree)]).astype(np.int64))
+    indices = torch.from_numpy(rng.integers(0, n, int(degree.sum())).astype(np.int64))
+    el, er = torch.randn(n, H), torch.randn(n, H)
+    stale = torch.full((n, H, D), float("nan"), requires_grad=True)
+    _, _, q = local_attention(indptr, indices, stale, el, er, n_self=n // 2)
+    q.backward(torch.full((n, H, D), float("nan")))    # q's block and stale.grad's hold NaN
+    del q, stale
+    z = torch.randn(n, H, D, requires_grad=True)
+    _, s, q = local_attention(indptr, indices, z, el, er, n_self=n // 2)
+    z_ref = z.detach().clone().requires_grad_(True)
+    _, s_ref, q_ref = attention_reference(indptr, indices, z_ref, el, er, n_self=n // 2)
+    torch.testing.assert_close(q, q_ref)
+    g = torch.randn(n, H, D)
+    (q * g).sum().backward()
+    (q_ref * g).sum().backward()
+    torch.testing.assert_close(z.grad, z_ref.grad)
+
+    gids = torch.arange(n)
+    x = torch.randn(n, 400, requires_grad=True)
+    stale = torch.full((n, 400), float("nan"), requires_grad=True)
+    ops.dropout(stale, 0.3, 7, 1, 0, gids).backward(torch.full((n, 400), float("nan")))
+    del stale
+    y = ops.dropout(x, 0.3, 7, 1, 0, gids)
+    torch.testing.assert_close(y, dropout_reference(x.detach(), 0.3, 7, 1, 0, gids))
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, dropout_reference(torch.ones(n, 400), 0.3, 7, 1, 0, gids))
