@@ -176,9 +176,9 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Op
     x [n_src, F]; result [len(indptr) - 1, F]; self_term covers the first len(self_term) rows;
     scale [n_dst] and weight [n_src] float (None: 1). bfloat16 x (and self_term): summed in
     float32, result float32; a large result reuses the memory of an earlier one that nothing uses
-    any more (:mod:`distgnn.output_pool`). ``sorted``: rows ascend (allows source tiling). ``plan``: the CSR's
-    chunk plan (:meth:`_Graph.plan`). ``tuning``: chunk_edges, block, prefetch, tiles (see
-    native/include/distgnn/aggregate.hpp)."""
+    any more (:mod:`distgnn.output_pool`). ``sorted``: rows ascend (allows source tiling).
+    ``plan``: the CSR's chunk plan (:meth:`_Graph.plan`). ``tuning``: chunk_edges, block,
+    prefetch, tiles (see native/include/distgnn/aggregate.hpp)."""
     if x.dtype == torch.bfloat16:  # bfloat16 rows, float32 sums and result
         y = POOL.empty((indptr.numel() - 1, x.shape[1]), torch.float32)
         tuning.pop("tiles", None)

@@ -74,13 +74,15 @@ class OutputPool:
 
     def idle_bytes(self) -> int:
         """Bytes of the blocks nothing uses now."""
-        with self._lock:
-            return sum(b.memory.nbytes for bs in self._blocks.values() for b in bs if b.free())
+        return self._bytes(free_only=True)
 
     def held_bytes(self) -> int:
         """Bytes of every block, used or free."""
+        return self._bytes(free_only=False)
+
+    def _bytes(self, free_only: bool) -> int:
         with self._lock:
-            return sum(b.memory.nbytes for bs in self._blocks.values() for b in bs)
+            return sum(n for n, bs in self._blocks.items() for b in bs if b.free() or not free_only)
 
     def release(self) -> None:
         """Give the memory of every free block back (used blocks are dropped from the pool and
