@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,20 @@ def sh(*args: str, env: dict | None = None) -> None:
                           capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"failed: {' '.join(map(str, args))}\n{proc.stderr[-3000:]}")
+
+
+def _matches(run: Path, args: argparse.Namespace) -> bool:
+    """Whether ``run`` holds a finished run with the requested epochs and hyperparameters (a kept
+    run is reused; one with other settings is trained again). A code change is not seen: delete
+    WORK/runs to retrain after one."""
+    summary = run / "summary.json"
+    if not summary.exists():
+        return False
+    got = json.loads(summary.read_text())
+    hyper = got.get("hyperparameters", {})
+    want = {"lr": args.lr, "dropout": args.dropout, "weight_decay": args.weight_decay,
+            "hidden": args.hidden, "layers": args.layers, "model": args.model}
+    return got.get("epochs") == args.epochs and all(hyper.get(k) == v for k, v in want.items())
 
 
 def main() -> int:
@@ -99,7 +114,8 @@ def main() -> int:
             prefix = {"sage": f"{args.aggregator}-" if args.aggregator != "mean" else "",
                       "gat": f"gat-h{args.heads}-"}.get(args.model, f"{args.model}-")
             run = work / "runs" / f"{prefix}{algo.replace('@', '-').replace('+', '-')}-seed{seed}"
-            if not (run / "summary.json").exists():
+            if not _matches(run, args):
+                shutil.rmtree(run, ignore_errors=True)
                 sh("mpiexec", "--oversubscribe", "-n", str(args.parts), python, "-m", "distgnn", "train",
                    partdir, "--algo", name, *variant, "--epochs", str(args.epochs), "--seed", str(seed),
                    "--hidden", str(args.hidden), "--layers", str(args.layers), "--lr", str(args.lr),

@@ -26,8 +26,8 @@ def train_model(partition_dir: str | os.PathLike, model: torch.nn.Module, *,
     rank 0 (``summary.json``), None on the other ranks.
 
     ``model`` follows :mod:`distgnn.models.base`: ``forward(x, aggregate, dropout=None)`` (plus
-    ``x_aggregate`` when it declares ``takes_input_aggregate``), a ``norm`` attribute, and
-    optionally ``aggregates_input_first``. Rank 0's initial parameters are copied to every rank,
+    ``x_aggregate`` when it declares ``takes_input_aggregate``, ``attend`` when it declares
+    ``uses_attention``), a ``norm`` attribute, and optionally ``aggregates_input_first``. Rank 0's initial parameters are copied to every rank,
     so the replicas start equal however the module was seeded. ``settings``: the
     :class:`~distgnn.train.config.TrainConfig` fields (``algo``, ``epochs``, ``lr``, ``dropout``,
     ``weight_decay``, ``seed``, ``apply``, ``eval_every``, ``checkpoint_every``, ``resume``,
@@ -46,6 +46,10 @@ def train_model(partition_dir: str | os.PathLike, model: torch.nn.Module, *,
     from distgnn.train.trainer import Trainer
 
     config = TrainConfig(model=custom_model_name(model), **settings)
+    if getattr(model, "uses_attention", False):
+        from distgnn.train.config import check_attention, check_config
+
+        check_attention(config, check_config(config), f"train_model({config.model})")
     comm = comm or Communicator()
     try:
         return Trainer(partition_dir, config, out, comm, on_epoch, model=model).run()

@@ -114,15 +114,25 @@ def per_root(r: int, steps: int, value) -> list[dict]:
     return values
 
 
-def expected_attention(r: int, steps: int, fresh: bool = False) -> list[dict]:
+def expected_attention(r: int, steps: int, fresh: bool = False, form: str = "z") -> list[dict]:
     """Per rank and step: {v: attention output [HEADS * WIDTH]} of every root under apply-at-root
     (r = 0: cd-0, exact). cd-r as docs/design.md states it: a part reads its roots' fresh [z, el]
     and er, and its leaves' copies as last delivered (zero before); a root merges its fresh
     partial with each leaf's partial as last delivered (none before), so the output is the softmax
     over the union of those edges' scores, each scored as its part saw it when computing
-    (``fresh``: --fresh-copies, every copy is the current row)."""
-    inputs = [tuple(t.numpy().astype(np.float32) for t in graph.attention_inputs(e))
-              for e in range(steps)]
+    (``fresh``: --fresh-copies, every copy is the current row). ``form``: ``z`` weights
+    graph.attention_inputs' z; on graph.layer_inputs (z = h W^T), ``inputs`` weights the copies of
+    h and maps the merge by the root's current W (the input form), ``z-of-inputs`` weights copies
+    of z (the z form on the same layer)."""
+    if form == "z":
+        inputs = [tuple(t.numpy().astype(np.float32) for t in graph.attention_inputs(e))
+                  for e in range(steps)]
+    else:
+        layer = [[t.numpy().astype(np.float32) for t in graph.layer_inputs(e)] for e in range(steps)]
+        weights = [w.reshape(graph.HEADS, graph.WIDTH, graph.IN) for _, w, _, _ in layer]
+        inputs = [(np.einsum("hdi,ni->nhd", weights[e], h) if form == "z-of-inputs"
+                   else np.repeat(h[:, None, :], graph.HEADS, 1), el, er)
+                  for e, (h, _, el, er) in enumerate(layer)]
 
     def version(k: int, u: int, e: int) -> int | None:
         """The step of u's row that part k reads at step e (None: a zero copy)."""
@@ -136,7 +146,7 @@ def expected_attention(r: int, steps: int, fresh: bool = False) -> list[dict]:
         out = []
         for u in sources:
             t = version(k, u, e)
-            z, el = ((np.zeros((graph.HEADS, graph.WIDTH), np.float32), np.zeros(graph.HEADS, np.float32))
+            z, el = ((np.zeros_like(inputs[0][0][u]), np.zeros(graph.HEADS, np.float32))
                      if t is None else (inputs[t][0][u], inputs[t][1][u]))
             score = el + er
             out.append((np.exp(np.where(score > 0, score, 0.2 * score)), z))
@@ -145,13 +155,19 @@ def expected_attention(r: int, steps: int, fresh: bool = False) -> list[dict]:
     def softmax(v: int, parts: list[tuple[int, int]]) -> np.ndarray:
         edges = [term for i, s in parts for term in terms(i, v, s)]
         total = sum(w for w, _ in edges)
-        return (sum(w[:, None] * z for w, z in edges) / total[:, None]).flatten()
+        merged = sum(w[:, None] * z for w, z in edges) / total[:, None]
+        if form == "inputs":  # the root's W of its current step, parts[0]
+            merged = np.einsum("hi,hdi->hd", merged, weights[parts[0][1]])
+        return merged.flatten()
 
     return per_root(r, steps, softmax)
 
 
 #: steps of the gradient runs: delayed gradients settle by step 4 at r = 1
 GRADIENT_STEPS = 8
+#: the attention runs: the z form (z given), and a layer that hands (h, W) (the input form)
+ATTENTION_FORMS = ("gat", "gat-inputs")
+GRADIENT_KINDS = ("root-grad", "root-gat-grad", "root-gat-inputs-grad")
 
 
 def steps_for(r: int) -> int:
@@ -165,10 +181,11 @@ def computed() -> dict:
              + [f"cd-{r}{suffix}:{steps_for(r)}" for r in (1, 2, 3) for suffix in ("", "-orig")]
              + [f"cd-{r}@root:{steps_for(r)}" for r in (1, 2, 3)]
              + [f"cd-{r}@root-fresh:{steps_for(r)}" for r in (1, 3)]
-             + ["cd-0@root-gat:3"] + [f"cd-{r}@root-gat:{steps_for(r)}" for r in (1, 2, 3)]
-             + [f"cd-{r}@root-gat-fresh:{steps_for(r)}" for r in (1, 3)]
+             + [f"cd-0@root-{gat}:3" for gat in ATTENTION_FORMS]
+             + [f"cd-{r}@root-{gat}:{steps_for(r)}" for r in (1, 2, 3) for gat in ATTENTION_FORMS]
+             + [f"cd-{r}@root-{gat}-fresh:{steps_for(r)}" for r in (1, 3) for gat in ATTENTION_FORMS]
              + [f"cd-{r}@{kind}{fresh}:{GRADIENT_STEPS if r else 1}" for r in (0, 1)
-                for kind in ("root-grad", "root-gat-grad") for fresh in ("", "-fresh") if r or not fresh])
+                for kind in GRADIENT_KINDS for fresh in ("", "-fresh") if r or not fresh])
     proc = mpiexec(3, SCRIPT, *specs, module=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -198,18 +215,22 @@ def test_cd0_is_exact_every_step(computed: dict) -> None:
                 np.testing.assert_allclose(value, total / graph.GLOBAL_IN_DEGREE[v], rtol=1e-5)
 
 
-@pytest.mark.parametrize("attention", [False, True], ids=["sum", "attention"])
+@pytest.mark.parametrize("kind", ["", "-gat", "-gat-inputs"], ids=["sum", "attention", "attention-inputs"])
 @pytest.mark.parametrize("r, fresh", [(0, False), (1, False), (2, False), (3, False), (1, True),
                                       (3, True)])
-def test_root_schedule_matches_the_rule(computed: dict, r: int, fresh: bool, attention: bool) -> None:
+def test_root_schedule_matches_the_rule(computed: dict, r: int, fresh: bool, kind: str) -> None:
     """Under apply-at-root: cd-0 exact at every step; cd-r's copies and R as the rule states
-    (with --fresh-copies: current copies, R as without). ``attention``: GAT's attention at the
+    (with --fresh-copies: current copies, R as without). ``-gat``: GAT's attention at the
     roots, where cd-0 is the one-process softmax and cd-r merges stale partials computed from the
-    copies a part held at its step."""
+    copies a part held at its step; ``-gat-inputs``: a layer handing its (h, W), whose cd-r
+    partials weight copies of h and whose merge the root maps by its current W."""
     steps = 3 if r == 0 else steps_for(r)
-    name = f"cd-{r}@root" + ("-gat" if attention else "") + ("-fresh" if fresh else "")
+    name = f"cd-{r}@root{kind}" + ("-fresh" if fresh else "")
     got = computed[name]
-    want = (expected_attention if attention else expected_root)(r, steps, fresh)
+    if kind:
+        want = expected_attention(r, steps, fresh, "inputs" if kind == "-gat-inputs" else "z")
+    else:
+        want = expected_root(r, steps, fresh)
     for k in range(3):
         for e in range(steps):
             assert set(got[k][e]) == {str(v) for v in want[k][e]}
@@ -245,8 +266,22 @@ def test_root_attention_expectation_is_stale_then_exact() -> None:
                for k in range(3) for e in range(steps) for v in delayed[k][e])
 
 
+def test_input_form_expectation_applies_todays_weight() -> None:
+    """Guard: on a layer z = h W^T, cd-0's expectations of the two forms agree, and cd-2's differ
+    (stale z carries the W of its step; the input form today's)."""
+    exact = [expected_attention(0, 3, form=form) for form in ("inputs", "z-of-inputs")]
+    for k in range(3):
+        for e in range(3):
+            for v in exact[0][k][e]:
+                np.testing.assert_allclose(exact[0][k][e][v], exact[1][k][e][v], rtol=1e-5, atol=1e-6)
+    steps = steps_for(2)
+    inputs, z = (expected_attention(2, steps, form=form) for form in ("inputs", "z-of-inputs"))
+    assert any(not np.allclose(inputs[k][e][v], z[k][e][v]) for k in range(3)
+               for e in range(steps) for v in inputs[k][e])
+
+
 @pytest.mark.parametrize("fresh", [False, True], ids=["delayed-copies", "fresh-copies"])
-@pytest.mark.parametrize("kind", ["root-grad", "root-gat-grad"], ids=["sum", "attention"])
+@pytest.mark.parametrize("kind", GRADIENT_KINDS, ids=["sum", "attention", "attention-inputs"])
 def test_delayed_gradients_settle_to_the_exact_ones(computed: dict, kind: str, fresh: bool) -> None:
     """Delayed gradients are the adjoint of cd-r's messages: with the same inputs and loss at every
     step, cd-1's input gradient at every root (through partials, copies and the leaves' kernels,
@@ -254,9 +289,15 @@ def test_delayed_gradients_settle_to_the_exact_ones(computed: dict, kind: str, f
     differs before (step 0: nothing has arrived)."""
     exact = computed[f"cd-0@{kind}"]
     got = computed[f"cd-1@{kind}" + ("-fresh" if fresh else "")]
+    if kind == "root-gat-inputs-grad":  # W's gradient: each rank's share differs, not the sum
+        total = np.sum([exact[k][0]["W"] for k in range(3)], axis=0)
+        for e in range(4, GRADIENT_STEPS):
+            np.testing.assert_allclose(np.sum([got[k][e]["W"] for k in range(3)], axis=0), total,
+                                       rtol=1e-5, atol=1e-6, err_msg=f"{kind}: W at step {e}")
+    roots = [[v for v in exact[k][0] if v != "W"] for k in range(3)]
     for k in range(3):
-        for v, value in exact[k][0].items():
+        for v in roots[k]:
             for e in range(4, GRADIENT_STEPS):
-                np.testing.assert_allclose(got[k][e][v], value, rtol=1e-5, atol=1e-6,
+                np.testing.assert_allclose(got[k][e][v], exact[k][0][v], rtol=1e-5, atol=1e-6,
                                            err_msg=f"{kind}: root {v} on part {k} at step {e}")
-    assert any(not np.allclose(got[k][0][v], exact[k][0][v]) for k in range(3) for v in exact[k][0])
+    assert any(not np.allclose(got[k][0][v], exact[k][0][v]) for k in range(3) for v in roots[k])

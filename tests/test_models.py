@@ -196,7 +196,7 @@ def test_gcn_and_gin_models_equal_stacks_of_dgl_layers(name: str) -> None:
 def _attend(indptr: torch.Tensor, indices: torch.Tensor):
     from distgnn.attention import attend
 
-    return lambda i, z, el, er: attend(indptr, indices, z, el, er)
+    return lambda i, z, el, er, inputs=None: attend(indptr, indices, z, el, er)
 
 
 @pytest.mark.parametrize("heads", [1, 4])
@@ -211,7 +211,7 @@ def test_gat_layer_equals_dgl_gatconv_with_self_loops(heads: int) -> None:
     _copy_uniform(ours)
     g = dgl.add_self_loop(_dgl_graph(indptr, indices))
     attend = _attend(indptr, indices)
-    _compare_layer(ours, theirs, g, lambda z, el, er: attend(0, z, el, er), 12)
+    _compare_layer(ours, theirs, g, lambda z, el, er, **kw: attend(0, z, el, er, **kw), 12)
 
 
 def test_gat_model_equals_a_stack_of_gatconv() -> None:

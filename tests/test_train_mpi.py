@@ -478,12 +478,36 @@ def test_custom_model_example_trains_exactly_at_two_ranks(partitions, tmp_path: 
     assert proc.returncode == 2 and "GatedSAGE" in proc.stderr and proc.stderr.count("\n") == 1
 
 
+def test_custom_attention_model_trains_exactly_and_delayed(partitions, tmp_path: Path) -> None:
+    """A user's attention model through distgnn.train_model (the attend callable of
+    distgnn/models/base.py): cd-0 at P = 2 has P = 1's losses; cd-2 at the root trains (its output
+    layer in the input form); cd-2 on the replicas is refused in one line naming the model."""
+    script = str(Path(__file__).parent / "mpi_scripts" / "custom_attention.py")
+    for parts in (1, 2):
+        proc = mpiexec(parts, script, str(partitions[parts]), str(tmp_path / f"p{parts}"), "cd-0", "8",
+                       module=False)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "model custom:TwoHeadAttention" in proc.stdout
+    np.testing.assert_allclose(losses(tmp_path / "p2"), losses(tmp_path / "p1"), rtol=1e-5)
+    proc = mpiexec(2, script, str(partitions[2]), str(tmp_path / "cd2"), "cd-2", "8", module=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    delayed = losses(tmp_path / "cd2")
+    assert np.isfinite(delayed).all() and delayed[-1] < delayed[0]
+    proc = mpiexec(2, script, str(partitions[2]), str(tmp_path / "bad"), "cd-2", "8", "replicas",
+                   module=False)
+    assert proc.returncode != 0
+    assert "train_model(custom:TwoHeadAttention): cd-2 on the replicas has no attention rule" in proc.stderr
+
+
 def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
     """GAT (2 layers, 4 heads x 8, dropout 0.6 on every layer's input and on the attention
     weights) under cd-0 equals one process for P = 2, 3, 4 at the root, and on the replicas at
     P = 3: losses to 1e-5 over 20 epochs, weights, evaluation; 0c (local softmax) and cd-3 at the
-    root run, cd-3 posting over any 3 steady epochs exactly cd-0's rows of one epoch; cd-r on the
-    replicas, cd-r-orig, bf16 and --heads with another model are refused in one line."""
+    root run. With 4 x 16 hidden columns (wider than the 41 classes: every layer in the z form)
+    cd-3 posts over any 3 steady epochs exactly cd-0's rows of one epoch; with 4 x 8 the output
+    layer takes the input form (32 <= 41 columns), so its rows are narrower: fewer bytes, the same
+    every 3 epochs. cd-r on the replicas, cd-r-orig, bf16 and --heads with another model are
+    refused in one line."""
     common = ("--model", "gat", "--heads", "4", "--hidden", "8", "--dropout", "0.6", "--lr", "0.005",
               "--epochs", str(EPOCHS), "--eval-every", "5")
     run = {p: tmp_path / f"root-p{p}" for p in (1, 2, 3, 4)}
@@ -492,7 +516,9 @@ def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
     train_many(partitions[3], 3, {run[3]: (*common, "--algo", "cd-0"),
                                   tmp_path / "replicas": (*common, "--algo", "cd-0", "--apply", "replicas"),
                                   tmp_path / "0c": (*common, "--algo", "0c"),
-                                  tmp_path / "cd3": (*common, "--algo", "cd-3")})
+                                  tmp_path / "cd3": (*common, "--algo", "cd-3"),
+                                  tmp_path / "cd0-wide": (*common, "--algo", "cd-0", "--hidden", "16"),
+                                  tmp_path / "cd3-wide": (*common, "--algo", "cd-3", "--hidden", "16")})
     reference = losses(run[1])
     assert reference[-1] < reference[0]
     for parts in (2, 3, 4):
@@ -503,13 +529,17 @@ def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
     assert summary["bytes_broadcast"] > 0 and summary["bytes_reduce"] > 0
     zero_c = losses(tmp_path / "0c")
     assert np.isfinite(zero_c).all() and zero_c[-1] < zero_c[0]
-    delayed, exact = records(tmp_path / "cd3"), records(run[3])
-    assert np.isfinite(losses(tmp_path / "cd3")).all()
-    assert losses(tmp_path / "cd3")[-1] < losses(tmp_path / "cd3")[0]
+    for name in ("cd3", "cd3-wide"):
+        assert np.isfinite(losses(tmp_path / name)).all()
+        assert losses(tmp_path / name)[-1] < losses(tmp_path / name)[0]
+    delayed, exact = records(tmp_path / "cd3-wide"), records(tmp_path / "cd0-wide")
+    narrow = records(tmp_path / "cd3")
     for e in range(6, EPOCHS - 3):  # from epoch 2r on, every bin's messages move once per r
         # forward, and the copies' gradients (leaves to roots, as wide as cd-0's)
         for key in ("bytes_forward", "bytes_reduce"):
             assert sum(r[key] for r in delayed[e:e + 3]) == exact[e][key], (key, e)
+            assert 0 < sum(r[key] for r in narrow[e:e + 3]) < records(run[3])[e][key], (key, e)
+            assert sum(r[key] for r in narrow[e:e + 3]) == sum(r[key] for r in narrow[6:9]), (key, e)
         # a partial's delayed gradient travels as H + H D values, cd-0's as 2H + H D
         assert 0 < sum(r["bytes_broadcast"] for r in delayed[e:e + 3]) < exact[e]["bytes_broadcast"]
     for bad, needle in ((("--model", "gat", "--algo", "cd-5", "--apply", "replicas"), "cd-5"),

@@ -13,9 +13,16 @@ A model is a torch module that knows nothing about graphs, partitions or MPI. It
   global ids so that every replica of a vertex drops the same entries; None: the model's own
   ``F.dropout``;
 * ``x_aggregate`` [n_dst, F]: ``aggregate(0, x)`` computed once by the trainer (the input cache),
-  passed only when the model declares ``takes_input_aggregate``.
+  passed only when the model declares ``takes_input_aggregate``;
+* ``attend`` (keyword), passed only when the model declares ``uses_attention``:
+  ``attend(layer, z [n_src, H, D], el [n_src, H], er [n_src, H], inputs=None) -> [n_dst, H, D]``,
+  per destination v and head the softmax over v's in-edges and its self loop of
+  LeakyReLU_0.2(el[u] + er[v]) weighting z[u], exact across parts (or the algorithm's delayed
+  version), with the keyed attention dropout in training; ``inputs = (h [n_src, I], W [H D, I])``
+  declares z = (h W^T).view(n, H, D), which lets cd-r weight h and apply the current W after the
+  merge (docs/design.md, "Attention under cd-r"); differentiable in z, el, er (and h, W).
 
-Three attributes tell the trainer how to run it:
+Three attributes tell the trainer how to run it (and ``uses_attention``, above):
 
 * ``norm``: ``sum``, ``mean``, ``gcn`` ((sum + h_v) / (deg + 1)) or ``sym`` (D^-1/2 (A + I)
   D^-1/2, self loops counted), with global degrees;

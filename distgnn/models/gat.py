@@ -23,10 +23,8 @@ from torch import nn
 from distgnn.errors import DistgnnError
 from distgnn.models.base import DropoutFn
 
-#: attend(layer, z [n, H, D], el [n, H], er [n, H]) -> [n, H, D]: softmax over each destination's
-#: in-edges and self loop of LeakyReLU(el[u] + er[v]), weighting z[u] (the first rows are the
-#: destinations, as for aggregate)
-AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+#: attend(layer, z, el, er, inputs=None) -> [n, H, D] (distgnn/models/base.py)
+AttendFn = Callable[..., torch.Tensor]
 
 
 class GATLayer(nn.Module):
@@ -42,12 +40,13 @@ class GATLayer(nn.Module):
             nn.init.xavier_normal_(p, gain=gain)
 
     def forward(self, h: torch.Tensor,
-                attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+                attend: Callable[..., torch.Tensor]) -> torch.Tensor:
         """h [n, in_dim] -> [n, heads, out_dim]."""
         z = self.fc(h).view(-1, self.heads, self.out_dim)
         el = (z * self.attn_l).sum(-1)
         er = (z * self.attn_r).sum(-1)
-        return attend(z, el, er) + self.bias.view(1, self.heads, self.out_dim)
+        # (h, W): z is linear in h, so cd-r may weight h and apply today's W after the merge
+        return attend(z, el, er, inputs=(h, self.fc.weight)) + self.bias.view(1, self.heads, self.out_dim)
 
 
 class GAT(nn.Module):
@@ -84,6 +83,6 @@ class GAT(nn.Module):
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             h = dropout(i, h) if dropout is not None else F.dropout(h, self.dropout, self.training)
-            out = layer(h, lambda z, el, er, i=i: attend(i, z, el, er))
+            out = layer(h, lambda z, el, er, i=i, **kw: attend(i, z, el, er, **kw))
             h = self.hidden_output(i, out) if i < last else out.mean(1)
         return h

@@ -85,6 +85,19 @@ def resolve_delayed_gradients(value: bool | None, algorithm: Algorithm, apply: s
     return applies if value is None else bool(value)
 
 
+def check_attention(config: TrainConfig, algorithm: Algorithm, who: str) -> None:
+    """Refuse, in one line naming ``who``, what attention cannot run under: cd-r-orig, cd-r on
+    the replicas and bf16 (docs/design.md, "Graph attention across parts")."""
+    if algorithm.original:
+        raise DistgnnError(f"{who}: {algorithm.name} has no attention rule; use cd-"
+                           f"{algorithm.delay} (at the root)")
+    if algorithm.delay > 0 and resolve_apply(config.apply, algorithm) != "root":
+        raise DistgnnError(f"{who}: {algorithm.name} on the replicas has no attention "
+                           f"rule; cd-<r> runs attention at the root (--apply auto or root)")
+    if config.precision != "fp32":
+        raise DistgnnError(f"{who}: --precision bf16 is not supported for attention yet (use fp32)")
+
+
 def check_config(config: TrainConfig) -> Algorithm:
     """The algorithm of a valid configuration; a bad option raises one line naming it (called
     before MPI starts, and again by every rank)."""
@@ -107,15 +120,7 @@ def check_config(config: TrainConfig) -> Algorithm:
     if config.heads < 1:
         raise DistgnnError(f"--heads must be >= 1, got {config.heads}")
     if config.model == "gat":
-        if algorithm.original:
-            raise DistgnnError(f"--model gat: {algorithm.name} has no attention rule; use cd-"
-                               f"{algorithm.delay} (at the root)")
-        if algorithm.delay > 0 and resolve_apply(config.apply, algorithm) != "root":
-            raise DistgnnError(f"--model gat: {algorithm.name} on the replicas has no attention "
-                               f"rule; cd-<r> runs attention at the root (--apply auto or root)")
-        if config.precision != "fp32":
-            raise DistgnnError("--model gat: --precision bf16 is not supported for attention yet "
-                               "(use fp32)")
+        check_attention(config, algorithm, "--model gat")
     if not 0.0 <= config.dropout < 1.0:
         raise DistgnnError(f"--dropout must lie in [0, 1), got {config.dropout}")
     if not (config.lr > 0.0 and math.isfinite(config.lr)):

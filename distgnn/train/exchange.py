@@ -247,11 +247,12 @@ class DistributedAggregation:
         return out
 
     def attention(self, layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
-                  dropout=None) -> torch.Tensor:
+                  dropout=None, inputs=None) -> torch.Tensor:
         """GAT's attention on every replica, [n_k, H, D] from z [n_k, H, D], el, er [n_k, H]:
         0c in training takes the softmax over each part's own edges (every local vertex's self
         loop); cd-0 and evaluation are exact: each part's partials (m, s, q) over its edges (the
         self loop at the root) are merged at the root, whose result goes back to every leaf.
+        ``inputs`` (the layer's h and W) is not needed here: nothing is stale.
         cd-r and cd-r-orig have no attention rule on the replicas (refused by the config)."""
         from distgnn.attention import local_attention
         from distgnn.train.root_exchange import RootPlans, _Broadcast, merge_at_roots

@@ -38,7 +38,9 @@ With ``fresh_copies`` (``--fresh-copies``) the broadcast is cd-0's, every step w
 adjoint, and only the reduce moves in bins as above (docs/design.md says when it pays).
 GAT's attention (:meth:`RootAggregation._delayed_attention`) follows the same bins and delays
 for its three messages: the roots' [z, el] and er, and the leaves' partials (m, s, q), which the
-root keeps per leaf and merges with its fresh own.
+root keeps per leaf and merges with its fresh own. A layer whose input h is no wider than one
+head's output (I <= D) sends [h, el] instead and its partials weight h; the root maps the merge by
+the current W (the input form, :class:`AttentionValues`).
 A layer whose input is the stored features sends no broadcast; when it is also constant in
 training (``constant_layers``: the trainer's input cache on), its partials never change, so it
 posts them only at steps < r and, from step 2r on, when every bin's R has arrived, returns its kept
@@ -53,6 +55,7 @@ import torch
 
 from distgnn import ops
 from distgnn.comm import Communicator, RowPlan
+from distgnn.errors import DistgnnError
 from distgnn.train.exchange import (_LocalSum, complete_pending, delivered, global_out_degree, received,
                                     transposed_sum)
 from distgnn.train.partition_data import PartitionData
@@ -325,10 +328,13 @@ class AttentionLayerState:
     partials, and the messages in flight (step posted -> rows)."""
 
     step: int = 0
-    sources: torch.Tensor | None = None        #: float [n_k, H D + H]: z and el
+    #: float [n_k, H D + H]: z and el; in the input form (:class:`AttentionValues`) [n_k, I + H]:
+    #: h and el
+    sources: torch.Tensor | None = None
     destinations: torch.Tensor | None = None   #: float [n_k, H]: er
-    #: float [n_in, 2H + H D]: (m, s, q) of every leaf partial a root receives, in the order of
-    #: the reduce plan; m = -inf, s = q = 0 before the first delivery (a merge ignores them)
+    #: float [n_in, 2H + H V]: (m, s, q) of every leaf partial a root receives, in the order of
+    #: the reduce plan (V = D, or I in the input form); m = -inf, s = q = 0 before the first
+    #: delivery (a merge ignores them)
     partials: torch.Tensor | None = None
     pending_sources: dict[int, Any] = field(default_factory=dict)
     pending_destinations: dict[int, Any] = field(default_factory=dict)
@@ -341,6 +347,41 @@ class AttentionLayerState:
 
     def pending(self) -> dict[str, dict[int, Any]]:
         return {name: value for name, value in vars(self).items() if name.startswith("pending_")}
+
+
+class AttentionValues:
+    """What a layer's attention partials weight under cd-r: z [n_roots, H, D] (the z form), or,
+    in the input form, the layer input h [n_roots, I] with z = (h W^T).view(n, H, D), whose
+    merged weighted sum the root maps by the current W (linear, so it commutes with the
+    softmax's weighted sum). The input form is used where it moves and computes no more than the
+    z form (I <= D): then a stale partial carries stale weights and inputs but today's W."""
+
+    def __init__(self, z: torch.Tensor, inputs: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        n, self.heads, self.out_dim = z.shape
+        self.shared = inputs is not None and inputs[0].shape[1] <= self.out_dim
+        if self.shared:
+            self.rows, self.weight = inputs
+            self.width = self.rows.shape[1]     #: V, each head's value width
+        else:
+            self.rows, self.weight, self.width = z.reshape(n, -1), None, self.out_dim
+
+    @property
+    def row_width(self) -> int:
+        """Columns of a source row's values (I in the input form, H D in the z form)."""
+        return self.width if self.shared else self.heads * self.width
+
+    def per_head(self, rows: torch.Tensor) -> torch.Tensor:
+        """Source value rows [n, row_width] as the kernel reads them, [n, H, V]."""
+        if self.shared:
+            return rows.unsqueeze(1).expand(-1, self.heads, -1)
+        return rows.view(rows.shape[0], self.heads, self.width)
+
+    def output(self, merged: torch.Tensor) -> torch.Tensor:
+        """The merged weighted sums [n, H, V] as the layer's attention output [n, H, D]."""
+        if not self.shared:
+            return merged
+        w = self.weight.view(self.heads, self.out_dim, self.width)
+        return torch.einsum("nhi,hdi->nhd", merged, w)
 
 
 class _StaleCopies(torch.autograd.Function):
@@ -500,11 +541,14 @@ class RootAggregation:
         return _Reduce.apply(p, self.n_roots, self.plans, comm, self.timers, kind)
 
     def attention(self, layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
-                  dropout=None) -> torch.Tensor:
+                  dropout=None, inputs: tuple[torch.Tensor, torch.Tensor] | None = None
+                  ) -> torch.Tensor:
         """GAT's attention at the roots, [n_roots, H, D]: exact (:func:`exact_attention`) under
-        cd-0 and in evaluation; cd-r in training as :meth:`_delayed_attention`."""
+        cd-0 and in evaluation; cd-r in training as :meth:`_delayed_attention`. ``inputs``: the
+        layer's (h [n_roots, I], W [H D, I]) with z = (h W^T).view(n, H, D), which lets cd-r use
+        the input form (:class:`AttentionValues`)."""
         if self.training and self.delay > 0 and not self.single:
-            return self._delayed_attention(layer, z, el, er, dropout)
+            return self._delayed_attention(layer, AttentionValues(z, inputs), el, er, dropout)
         comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
         return exact_attention(self.part, z, el, er, self.plans,
                                broadcast_to(self.plans.reduce_leaf, self.plans.reduce_root),
@@ -572,25 +616,30 @@ class RootAggregation:
             self.settled[layer] = out.detach()
         return out
 
-    def _delayed_attention(self, layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
-                           dropout) -> torch.Tensor:
+    def _delayed_attention(self, layer: int, values: AttentionValues, el: torch.Tensor,
+                           er: torch.Tensor, dropout) -> torch.Tensor:
         """cd-r attention under root at this layer's training step, [n_roots, H, D]: GraphSAGE's
-        bins and delays (module docstring) for three messages of a bin vertex v: its root's [z, el]
-        to the leaves with local out-edges and its er to those with local in-edges (the copies
-        their kernels read, zero before the first delivery), and those leaves' partials (m, s, q)
-        to the root, which merges its fresh partial with the last delivered ones (none before
-        the first delivery). Delayed gradients travel back as for GraphSAGE."""
+        bins and delays (module docstring) for three messages of a bin vertex v: its root's
+        [values, el] (z, or h in the input form) to the leaves with local out-edges and its er to
+        those with local in-edges (the copies their kernels read, zero before the first
+        delivery), and those leaves' partials (m, s, q) to the root, which merges its fresh
+        partial with the last delivered ones (none before the first delivery) and, in the input
+        form, maps the result by the current W. Delayed gradients travel back as for GraphSAGE."""
         from distgnn.attention import local_attention, merge
 
         r, n_roots, comm, part = self.delay, self.n_roots, self.comm, self.part
-        n_local, (_, H, D) = part.num_local, z.shape
+        n_local, H, V = part.num_local, values.heads, values.width
         state = self.attention_layers.setdefault(layer, AttentionLayerState())
         if state.partials is None:
             if not self.fresh_copies:
-                state.sources = z.new_zeros((n_local, H * D + H))
-                state.destinations = z.new_zeros((n_local, H))
-            state.partials = z.new_zeros((int(self.plans.reduce_root.ids.numel()), 2 * H + H * D))
+                state.sources = el.new_zeros((n_local, values.row_width + H))
+                state.destinations = el.new_zeros((n_local, H))
+            state.partials = el.new_zeros((int(self.plans.reduce_root.ids.numel()), 2 * H + H * V))
             state.partials[:, :H] = float("-inf")
+        elif state.partials.shape[1] != 2 * H + H * V:
+            raise DistgnnError(f"attention layer {layer}: the checkpoint's cd-r partials are "
+                               f"{state.partials.shape[1]} wide, this run's {2 * H + H * V} "
+                               "(written by another version or model shape); resume with the same")
         e = state.step
         b = e % r
         bins = self.bins[b]
@@ -601,7 +650,7 @@ class RootAggregation:
                     state.destinations[bins.reduce_leaf.ids] = \
                         state.pending_destinations.pop(e - r).wait()
                 state.partials[self.reduce_positions[b]] = state.pending_partials.pop(e - r).wait()
-        fresh = torch.cat([z.reshape(n_roots, H * D), el], 1)
+        fresh = torch.cat([values.rows, el], 1)
         if self.fresh_copies:
             src = _Broadcast.apply(fresh, n_local, self.plans, comm, self.timers, "forward")
             dst = _Broadcast.apply(er, n_local, broadcast_to(self.plans.reduce_leaf,
@@ -612,10 +661,11 @@ class RootAggregation:
                                      bins.bcast_leaf, bins.bcast_root, e)
             dst = _StaleCopies.apply(er, state.destinations, self, state.pending_grad_destinations,
                                      bins.reduce_leaf, bins.reduce_root, e)
-        m, s, q = local_attention(part.indptr, part.indices, src[:, :H * D].view(n_local, H, D),
-                                  src[:, H * D:], dst, n_roots, dropout, self.threads,
+        w = values.row_width
+        m, s, q = local_attention(part.indptr, part.indices, values.per_head(src[:, :w]),
+                                  src[:, w:], dst, n_roots, dropout, self.threads,
                                   lambda: self.timers("aggregate"))
-        p = torch.cat([m, s, q.reshape(n_local, H * D)], 1)
+        p = torch.cat([m, s, q.reshape(n_local, H * V)], 1)
         with self.timers("exchange_wait"):
             if not self.fresh_copies:
                 state.pending_sources[e] = comm.exchange_rows_async(
@@ -628,9 +678,9 @@ class RootAggregation:
                 p[bins.reduce_leaf.ids], bins.reduce_leaf, bins.reduce_root, "forward", "reduce")
         state.step += 1
         own, got = _StalePartials.apply(p, state.partials, self, state, e, H)
-        return merge(own[:, :H], own[:, H:2 * H], own[:, 2 * H:].view(n_roots, H, D),
-                     self.plans.reduce_root.ids, got[:, :H], got[:, H:2 * H],
-                     got[:, 2 * H:].view(-1, H, D))
+        return values.output(merge(own[:, :H], own[:, H:2 * H], own[:, 2 * H:].view(n_roots, H, V),
+                                   self.plans.reduce_root.ids, got[:, :H], got[:, H:2 * H],
+                                   got[:, 2 * H:].view(-1, H, V)))
 
     def finish(self) -> None:
         """Complete every message still in flight (before a checkpoint or MPI finalize)."""

@@ -210,17 +210,19 @@ class Trainer:
         return apply
 
     def _attend(self, epoch: int | None):
-        """GAT's attend(layer, z, el, er) callable: the aggregation's attention, with the keyed
-        attention dropout in a training epoch (None: evaluation, no dropout)."""
+        """GAT's attend(layer, z, el, er, inputs=None) callable (distgnn/models/base.py): the
+        aggregation's attention, with the keyed attention dropout in a training epoch (None:
+        evaluation, no dropout)."""
         from distgnn.attention import AttentionDropout
 
         p, seed, gids = self.config.dropout, self.config.seed, self.part.local_to_global
 
-        def attend(layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor) -> torch.Tensor:
+        def attend(layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
+                   inputs: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
             drop = None
             if epoch is not None and p > 0:
                 drop = AttentionDropout(p, seed, epoch, layer, gids, gids)
-            return self.aggregation.attention(layer, z, el, er, drop)
+            return self.aggregation.attention(layer, z, el, er, drop, inputs)
         return attend
 
     def _forward(self, dropout, epoch: int | None = None) -> torch.Tensor:

@@ -29,6 +29,9 @@ ROOT = {0: 0, 5: 1, 4: 2}
 GLOBAL_IN_DEGREE = {0: 4, 5: 3, 4: 2}
 NUM_GLOBAL, WIDTH = 8, 2
 HEADS = 2   #: attention runs (``@root-gat``): z [n, HEADS, WIDTH], el and er [n, HEADS]
+#: the input form's runs (``@root-gat-inputs``): z = (h W^T).view(n, HEADS, WIDTH) with h
+#: [n, IN], IN <= WIDTH, so cd-r weights h and maps the merge by W
+IN = 2
 
 
 def csr(n, pairs):
@@ -93,16 +96,37 @@ def attention_inputs(step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return torch.from_numpy(z), torch.from_numpy(el), torch.from_numpy(er)
 
 
+def layer_inputs(step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """h [NUM_GLOBAL, IN], W [HEADS * WIDTH, IN], el and er [NUM_GLOBAL, HEADS] at this step."""
+    rng = np.random.default_rng(2000 + step)
+    h, w = rng.standard_normal((NUM_GLOBAL, IN)), rng.standard_normal((HEADS * WIDTH, IN))
+    el, er = rng.standard_normal((2, NUM_GLOBAL, HEADS))
+    return tuple(torch.from_numpy(t) for t in (h, w, el, er))
+
+
+def attend_inputs(agg: RootAggregation, h: torch.Tensor, w: torch.Tensor, el: torch.Tensor,
+                  er: torch.Tensor) -> torch.Tensor:
+    """The attention of a layer z = h W^T that hands its (h, W) (the input form under cd-r)."""
+    return agg.attention(0, (h @ w.T).view(-1, HEADS, WIDTH), el, er, inputs=(h, w))
+
+
 def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, fresh: bool,
-              attention: bool) -> list | None:
+              attention: str) -> list | None:
     """Under apply-at-root with delayed gradients, the same inputs at every step (step 0's) and the
     loss sum(out * weight), weight fixed by global id: per step, every root's input gradient (z, el,
-    er for attention; h for the mean)."""
+    er for attention; h, el, er and, under the key "W", the rank's W gradient for its input form;
+    h for the mean)."""
     agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=delay,
                           delayed_gradients=True, fresh_copies=fresh)
     ids, out = part.local_to_global[:part.num_roots], []
     for _ in range(steps):
-        if attention:
+        w = None
+        if attention == "inputs":
+            h, w, el, er = layer_inputs(0)
+            inputs = [t[ids].float().requires_grad_() for t in (h, el, er)]
+            w = w.float().requires_grad_()
+            a = attend_inputs(agg, inputs[0], w, *inputs[1:])
+        elif attention:
             inputs = [t[ids].float().requires_grad_() for t in attention_inputs(0)]
             a = agg.attention(0, *inputs)
         else:
@@ -112,6 +136,8 @@ def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, f
         (a.flatten(1) * weight[ids].float()).sum().backward()
         out.append({int(g): torch.cat([t.grad[i].flatten() for t in inputs]).tolist()
                     for i, g in enumerate(ids)})
+        if w is not None:
+            out[-1]["W"] = w.grad.flatten().tolist()
     agg.finish()
     return comm.gather(out)
 
@@ -121,15 +147,20 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     algorithm = parse_algorithm(algo)
     fresh = apply.endswith("-fresh")   # --fresh-copies
     apply = apply.removesuffix("-fresh")
-    if apply in ("root-grad", "root-gat-grad"):  # frozen inputs: each root's input gradients
-        return gradients(comm, part, algorithm.delay, steps, fresh, apply == "root-gat-grad")
-    if apply == "root-gat":  # GAT's attention at the roots
+    gradient_kinds = {"root-grad": "", "root-gat-grad": "z", "root-gat-inputs-grad": "inputs"}
+    if apply in gradient_kinds:  # frozen inputs: each root's input gradients
+        return gradients(comm, part, algorithm.delay, steps, fresh, gradient_kinds[apply])
+    if apply in ("root-gat", "root-gat-inputs"):  # GAT's attention at the roots
         agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
                               fresh_copies=fresh)
         ids, out = part.local_to_global[:part.num_roots], []
         for step in range(steps):
-            z, el, er = (t[ids].float() for t in attention_inputs(step))
-            a = agg.attention(0, z, el, er)
+            if apply == "root-gat-inputs":
+                h, w, el, er = layer_inputs(step)
+                a = attend_inputs(agg, h[ids].float(), w.float(), el[ids].float(), er[ids].float())
+            else:
+                z, el, er = (t[ids].float() for t in attention_inputs(step))
+                a = agg.attention(0, z, el, er)
             out.append({int(g): a[i].flatten().tolist() for i, g in enumerate(ids)})
         agg.finish()
         return comm.gather(out)
@@ -151,8 +182,10 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
 
 
 def main() -> None:
-    """argv: ALGO[@APPLY]:STEPS ... (APPLY: replicas, the default, root, or root-gat: GAT's
-    attention at the roots; root and root-gat with -fresh: --fresh-copies); prints
+    """argv: ALGO[@APPLY]:STEPS ... (APPLY: replicas, the default, root, root-gat: GAT's
+    attention at the roots, or root-gat-inputs: the same for a layer that hands its (h, W); each
+    with -fresh: --fresh-copies; root-grad, root-gat-grad, root-gat-inputs-grad: their input
+    gradients); prints
     {spec before ':': values[rank][step][vertex]} on rank 0."""
     comm = Communicator()
     results = {}
