@@ -79,6 +79,10 @@ def main() -> int:
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--weight-decay", type=float, default=0.0)
+    parser.add_argument("--source", default=None,
+                        help="a local copy of the dataset's files (distgnn fetch --source)")
+    parser.add_argument("--normalize-features", action="store_true",
+                        help="distgnn fetch --normalize-features (the citation graphs' recipe)")
     parser.add_argument("--work", default=None, help="work folder (default: a temp folder)")
     parser.add_argument("--plot", default=None,
                         help="learning-curve figure (PNG; default: <work>/algorithms.png)")
@@ -91,7 +95,8 @@ def main() -> int:
     from distgnn.data.graph_store import GraphStore
     from distgnn.report.plots import learning_curves, metric_name
 
-    graph = fetch(args.dataset, root=work / "data", scale=args.scale, mean_degree=args.mean_degree,
+    graph = fetch(args.dataset, root=work / "data", source=args.source, scale=args.scale,
+                  mean_degree=args.mean_degree, normalize_features=args.normalize_features,
                   labelled_fraction=args.labelled_fraction)
     metric = metric_name(bool(GraphStore.open(graph).attrs.get("multilabel", False)))
     partition = f"{args.method}-{args.parts}" + ("" if args.roots == "balance" else f"-{args.roots}")

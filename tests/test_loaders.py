@@ -222,6 +222,23 @@ def test_planetoid_standard_split_symmetric_graph(tmp_path, monkeypatch, name, g
     assert store.attrs["num_classes"] == 3 and not store.attrs["directed"]
 
 
+def test_normalize_features_divides_each_row_by_its_sum(tmp_path, monkeypatch):
+    """fetch --normalize-features (the GCN/GAT papers' preprocessing): rows sum to 1, empty rows
+    stay zero, the store is named -rownorm beside the raw one and says so in its attributes."""
+    folder, feat, *_ = make_planetoid(tmp_path, "citeseer", True)
+    monkeypatch.setattr(planetoid, "NUM_VAL", 10)
+    raw = GraphStore.open(fetch("citeseer", root=tmp_path / "data", source=folder))
+    assert cli.main(["fetch", "citeseer", "--root", str(tmp_path / "data"), "--source", str(folder),
+                     "--normalize-features", "--quiet"]) == 0
+    store = GraphStore.open(tmp_path / "data" / "citeseer-rownorm" / "graph.zarr")
+    total = feat.sum(axis=1, keepdims=True)
+    want = np.divide(feat, total, out=np.zeros_like(feat), where=total > 0)
+    np.testing.assert_allclose(store["feat"][:], want, rtol=1e-6)
+    assert (total == 0).any() and not store["feat"][:][total[:, 0] == 0].any()
+    np.testing.assert_array_equal(raw["feat"][:], feat)
+    assert store.attrs["normalize_features"] and not raw.attrs["normalize_features"]
+
+
 def test_planetoid_label_rows_must_be_one_hot(tmp_path):
     folder, *_ = make_planetoid(tmp_path, "cora", False)
     ty = pickle.loads((folder / "ind.cora.ty").read_bytes())

@@ -113,11 +113,13 @@ def test_twin_options_reach_fetch_and_the_store_name(tmp_path):
     config = tiny(train={"algos": ["cd-0"]})
     config["datasets"][0]["mean_degree"] = 8
     config["datasets"][0]["labelled_fraction"] = 0.5
+    config["datasets"][0]["normalize_features"] = True
     wd = workdir(tmp_path, config)
     proc = snakemake("-n", "-p", cwd=wd)
     assert proc.returncode == 0, proc.stderr
     assert "--mean-degree 8" in proc.stdout and "--labelled-fraction 0.5" in proc.stdout
-    assert "data/synth-reddit-x0.01-d8-l0.5/graph.zarr" in proc.stdout
+    assert "--normalize-features" in proc.stdout
+    assert "data/synth-reddit-x0.01-d8-l0.5-rownorm/graph.zarr" in proc.stdout
 
 
 def test_input_cache_and_huge_pages_false_reach_the_train_command(tmp_path):

@@ -23,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "dataset's proportions (default: the real fraction; papers100M's is 1.4%%)")
     p.add_argument("--seed", type=int, default=0, help="twins: generator seed; others: split seed")
     p.add_argument("--undirected", action="store_true", help="also store the reverse of every edge")
+    p.add_argument("--normalize-features", action="store_true",
+                   help="divide each feature row by its sum, as the GCN and GAT papers do for the "
+                        "citation graphs (store name gets -rownorm)")
     p.add_argument("--force", action="store_true", help="rebuild an existing store")
     p.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_BUDGET / 2**20,
                    help="memory budget of one streamed block, MiB (default: %(default)s)")
@@ -36,13 +39,14 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     target = store_path(args.root, args.dataset, args.scale, args.seed, args.name, args.mean_degree,
-                        args.labelled_fraction)
+                        args.labelled_fraction, args.normalize_features)
     if target.exists() and not args.force:
         print(f"{target} exists (--force rebuilds it)")
         return 0
     path = fetch(args.dataset, root=args.root, source=args.source, name=args.name, scale=args.scale,
                  seed=args.seed, undirected=args.undirected, force=args.force,
                  budget=int(args.chunk_mb * 2**20), threads=args.threads, mean_degree=args.mean_degree,
-                 labelled_fraction=args.labelled_fraction)
+                 labelled_fraction=args.labelled_fraction,
+                 normalize_features=args.normalize_features)
     print(f"{path} ({time.perf_counter() - start:.1f} s)")
     return 0

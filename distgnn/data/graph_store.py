@@ -40,9 +40,10 @@ REQUIRED = ("indptr", "indices", "feat", "label", *MASKS)
 
 
 def store_name(dataset: str, scale: float = 1.0, seed: int = 0, name: str | None = None,
-               mean_degree: float | None = None, labelled_fraction: float | None = None) -> str:
-    """Folder name of a store: ``dataset[-x<scale>][-d<mean degree>][-l<labelled fraction>][-seed<N>]``
-    unless ``name`` is given."""
+               mean_degree: float | None = None, labelled_fraction: float | None = None,
+               normalize_features: bool = False) -> str:
+    """Folder name of a store: ``dataset[-x<scale>][-d<mean degree>][-l<labelled fraction>]
+    [-rownorm][-seed<N>]`` unless ``name`` is given."""
     if name:
         return name
     out = dataset
@@ -52,6 +53,8 @@ def store_name(dataset: str, scale: float = 1.0, seed: int = 0, name: str | None
         out += f"-d{mean_degree:g}"
     if labelled_fraction is not None:
         out += f"-l{labelled_fraction:g}"
+    if normalize_features:
+        out += "-rownorm"
     if seed != 0:
         out += f"-seed{seed}"
     return out
@@ -278,6 +281,7 @@ def write_graph_store(source: GraphSource, path: str | os.PathLike, *, overwrite
             "scale": source.scale,
             "mean_degree": source.mean_degree,
             "labelled_fraction": source.labelled_fraction,
+            "normalize_features": source.normalize_features,
             "seed": source.seed,
             "checksum": combine_digests(digests),
         }

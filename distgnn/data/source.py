@@ -39,4 +39,5 @@ class GraphSource:
     seed: int = 0
     mean_degree: float | None = None  #: twins: the requested mean in-degree (None: scaled)
     labelled_fraction: float | None = None  #: twins: requested fraction of vertices in the split (None: real)
+    normalize_features: bool = False  #: each feature row divided by its sum (fetch --normalize-features)
     files: dict[str, str] = field(default_factory=dict)  #: logical part -> file, for error messages

@@ -104,7 +104,8 @@ def layer_widths(feat_dim: int, hidden: int, num_classes: int, layers: int,
                  model: str = "sage", heads: int = 8) -> list[tuple[int, int, int]]:
     """(in, out, aggregation width) per layer; GraphSAGE and GCN aggregate at the narrower width
     (their linear map first when it narrows), GIN at its input width (its MLP is not linear),
-    GAT its heads x hidden rows plus one score per head (one head in the output layer)."""
+    GAT its heads x hidden rows plus one score per head (one head in the output layer; cd-r's
+    input form, docs/design.md, is never wider)."""
     if model == "gat":
         dims = [feat_dim] + [hidden * heads] * (layers - 1) + [num_classes]
         return [(dims[i], dims[i + 1], dims[i + 1] + (heads if i < layers - 1 else 1))

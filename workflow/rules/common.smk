@@ -9,10 +9,12 @@ from snakemake.exceptions import WorkflowError
 
 
 def datasets_by_store():
-    """Store name (docs/design.md, section 2: dataset[-x<scale>][-d<D>][-l<F>][-seed<N>], or `name`) -> its dataset entry."""
+    """Store name (docs/design.md, section 2: dataset[-x<scale>][-d<D>][-l<F>][-rownorm][-seed<N>],
+    or `name`) -> its dataset entry."""
     return {
         store_name(d["dataset"], d.get("scale", 1.0), d.get("seed", 0), d.get("name"),
-                   d.get("mean_degree"), d.get("labelled_fraction")): d
+                   d.get("mean_degree"), d.get("labelled_fraction"),
+                   d.get("normalize_features", False)): d
         for d in config["datasets"]
     }
 
@@ -33,6 +35,8 @@ def fetch_options(wildcards):
         opts += f" --source {d['source']}"
     if d.get("undirected", False):
         opts += " --undirected"
+    if d.get("normalize_features", False):
+        opts += " --normalize-features"
     return opts
 
 
