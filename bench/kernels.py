@@ -10,7 +10,9 @@ one part holds it: the arrays a P = 1 part stores), then also with the rows and 
 (as ``distgnn train`` loads them); DGL given that order and 2 MB pages (the like-for-like line);
 torch.sparse and PyG. Our outputs come from the output pool (an output nothing uses any more is
 reused, as in training, distgnn/output_pool.py); one line allocates a fresh output per call
-instead. Prints ms, the speedup over DGL as a user runs it and like for like, and
+instead. The lines marked "as distgnn train" and plain "ours" run the library's own path, source
+tiles chosen by measurement (distgnn/tiling.py; the choices are printed); "never tiled" lines
+run the kernel untiled. Prints ms, the speedup over DGL as a user runs it and like for like, and
 effective GB/s = (gathered m*F*4 + index bytes + output bytes) / time
 (docs/design.md, section 5), beside a STREAM triad measured in the same run, as a markdown table. Extra
 "ours" rows switch techniques off one at a time, to show which pay here. A case that fails (out of
@@ -99,8 +101,14 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
     graph_sorted = ops.rows_sorted(indptr, indices)
 
     def ours(**tuning: int) -> Dict[str, Callable[[], object]]:
+        """The kernel with the given tuning (untiled unless tiles= says otherwise)."""
         return {"fwd": lambda: ops.spmm(indptr, indices, x, None, None, threads, graph_sorted, **tuning),
                 "bwd": lambda: ops.spmm(t_indptr, t_indices, g, None, None, threads, True, **tuning)}
+
+    def ours_as_trained(ip, ix, tip, tix, xs, gs) -> Dict[str, Callable[[], object]]:
+        """The library's own path (ops.weighted_sum: cached plan, source tiles as measured)."""
+        return {"fwd": lambda: ops.weighted_sum(ip, ix, xs, threads=threads),
+                "bwd": lambda: ops.weighted_sum(tip, tix, gs, threads=threads)}
 
     # the default order's arrays (rows ascend in every order), plain and on 2 MB pages
     perm = block_permutation(ip_np, ix_np, n, DEFAULT_VERTEX_ORDER)
@@ -114,6 +122,9 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
     def ours_on(csr, xs: torch.Tensor, gs: torch.Tensor, **tuning: int) -> Dict[str, Callable[[], object]]:
         return {"fwd": lambda: ops.spmm(csr[0], csr[1], xs, None, None, threads, True, **tuning),
                 "bwd": lambda: ops.spmm(csr[2], csr[3], gs, None, None, threads, True, **tuning)}
+
+    def trained_on(csr, xs: torch.Tensor, gs: torch.Tensor) -> Dict[str, Callable[[], object]]:
+        return ours_as_trained(*csr, xs, gs)
 
     def fresh_outputs(cases: Dict[str, Callable[[], object]]) -> Dict[str, Callable[[], object]]:
         """The same calls with a new output allocated each time (no reuse: the page faults of
@@ -138,21 +149,22 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
     dgl_name, pyg_name = "DGL 1.1.3 update_all(copy_u, sum)", "PyG spmm (torch.sparse CSR adj_t)"
     like_name = f"DGL 1.1.3, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (like for like)"
     libraries: Dict[str, Dict[str, Callable[[], object]]] = {
-        "ours": ours(),
+        "ours": ours_as_trained(indptr, indices, t_indptr, t_indices, x, g),
         dgl_name: built(dgl_name, lambda: _dgl_cases(indptr, indices, x, g)),
-        f"ours, order {DEFAULT_VERTEX_ORDER} (a P = 1 part's arrays)": ours_on(ordered, x, g),
-        f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (as distgnn train)": ours_on(huge, huge_x, huge_g),
-        f"ours, order {DEFAULT_VERTEX_ORDER}, a fresh output per call": fresh_outputs(ours_on(ordered, x, g)),
+        f"ours, order {DEFAULT_VERTEX_ORDER} (a P = 1 part's arrays)": trained_on(ordered, x, g),
+        f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (as distgnn train)": trained_on(huge, huge_x, huge_g),
+        f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages, never tiled": ours_on(huge, huge_x, huge_g),
+        f"ours, order {DEFAULT_VERTEX_ORDER}, a fresh output per call": fresh_outputs(trained_on(ordered, x, g)),
         like_name: built(like_name, lambda: _dgl_cases(huge[0], huge[1], huge_x, huge_g)),
         "torch.sparse.mm (CSR)": _torch_sparse_cases(indptr, indices, t_indptr, t_indices, x, g),
         pyg_name: built(pyg_name, lambda: _pyg_cases(indptr, indices, x, g)),
-        "ours + source tiling (5 tiles, opt-in)": ours(tiles=5),
-        f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages + source tiling (5 tiles)": ours_on(
-            huge, huge_x, huge_g, tiles=5),
-        "ours, no prefetch": ours(prefetch=0),
+        "ours, never tiled": ours(),
+        "ours, no prefetch, never tiled": ours(prefetch=0),
         "plain OpenMP row loop (ours without blocks, prefetch, edge chunks)": ours(
             prefetch=0, block=256, chunk_edges=m + n),
     }
+    measured = {"ours", *(k for k in libraries if k.startswith(f"ours, order {DEFAULT_VERTEX_ORDER}")
+                          and "never tiled" not in k)}  # the lines on the library's own path
     if only:
         libraries = {k: v for k, v in libraries.items() if k in only}
     libraries = {k: v for k, v in libraries.items() if not any(s in k for s in skip)}
@@ -163,7 +175,16 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
         except (RuntimeError, MemoryError) as exc:
             failed[key] = "failed: " + str(exc).splitlines()[0][-50:]
             del cases[key]
+    for _ in range(16):  # let the measured tile choices settle (distgnn/tiling.py) before timing
+        if all(r["tiles"] is not None for r in ops.tiling_report()):
+            break
+        for key, fn in cases.items():
+            if key.split("|")[0] in measured:
+                fn()
     best = interleaved_min(cases, repeats)
+    for r in (r for r in ops.tiling_report() if r["rows"] == n):  # this graph's, both directions
+        print(f"{name}: source tiles measured for {r['rows']} rows x {r['width']} ({r['dtype']}): "
+              f"{r['tiles']} (fastest trial ms by tile count: {r['trial_ms']})")
     best.update({key: float("nan") for key in failed})
     index_bytes = m * indices.element_size() + (n + 1) * 8
     moved = m * dim * 4 + index_bytes + n * dim * 4

@@ -10,13 +10,14 @@ All tensors live on the CPU; the native module sees them zero-copy through DLPac
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
 
-from distgnn import _native
+from distgnn import _native, tiling
 from distgnn.errors import DistgnnError
 from distgnn.output_pool import POOL
 
@@ -93,6 +94,30 @@ class _Graph:
         self.sorted = rows_sorted(indptr, indices)
         self._transposes: dict[int, _Graph] = {}
         self._plans: dict[int, torch.Tensor] = {}
+        self._tiling: dict[tuple, tiling.TileChoice] = {}
+
+    def tile_choice(self, x: torch.Tensor, threads: int) -> tiling.TileChoice:
+        """The measured choice of source tiles for rows like ``x`` ([n_src, F], its dtype) with
+        ``threads`` threads (:mod:`distgnn.tiling`), made once per such key."""
+        key = (x.shape[0], x.shape[1], x.dtype, _threads(threads))
+        if key not in self._tiling:
+            options = (tiling.candidates(self.n_dst, x.shape[0], self.indices.numel(),
+                                         x.shape[1] * x.element_size()) if self.sorted else (1,))
+            self._tiling[key] = tiling.TileChoice(options)
+        return self._tiling[key]
+
+    def tiling_report(self) -> list[dict[str, Any]]:
+        """Each measured choice of this graph and its transposes (keys with more than one
+        candidate only), for a run's summary."""
+        out = []
+        for (n_src, width, dtype, threads), choice in self._tiling.items():
+            if len(choice.options) > 1:
+                out.append({"rows": self.n_dst, "sources": n_src, "edges": int(self.indices.numel()),
+                            "width": width, "dtype": str(dtype).replace("torch.", ""),
+                            "threads": threads, **choice.report()})
+        for t in self._transposes.values():
+            out += t.tiling_report()
+        return out
 
     def plan(self, threads: int) -> torch.Tensor:
         """The kernel's chunk plan of this CSR for ``threads`` threads, int64 [n_chunks, 5], built
@@ -181,7 +206,6 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Op
     prefetch, tiles (see native/include/distgnn/aggregate.hpp)."""
     if x.dtype == torch.bfloat16:  # bfloat16 rows, float32 sums and result
         y = POOL.empty((indptr.numel() - 1, x.shape[1]), torch.float32)
-        tuning.pop("tiles", None)
         _native.aggregate_spmm_bf16(indptr, indices, x.view(torch.int16), y,
                                     None if scale is None else scale.float(),
                                     None if self_term is None else self_term.view(torch.int16),
@@ -198,10 +222,33 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Op
 def _run(graph: _Graph, x: torch.Tensor, scale: Optional[torch.Tensor],
          weight: Optional[torch.Tensor], self_rows: int, threads: int) -> torch.Tensor:
     """The kernel over a validated graph with its cached plan; x's own first self_rows rows
-    are the self term."""
+    are the self term. Source tiles as :mod:`distgnn.tiling` chooses (timed while it measures)."""
     x = x.contiguous()
-    return spmm(graph.indptr, graph.indices, x, scale, x[:self_rows] if self_rows > 0 else None,
-                threads, graph.sorted, weight=weight, plan=graph.plan(threads))
+    self_term = x[:self_rows] if self_rows > 0 else None
+    plan = graph.plan(threads)
+    tiles = tiling.fixed(graph.sorted)
+    choice = None if tiles is not None else graph.tile_choice(x, threads)
+    if choice is not None:
+        tiles = choice.next()
+        if choice.chosen is None:
+            start = time.perf_counter()
+            y = spmm(graph.indptr, graph.indices, x, scale, self_term, threads, graph.sorted,
+                     weight=weight, plan=plan, tiles=tiles)
+            choice.record(tiles, time.perf_counter() - start)
+            return y
+    return spmm(graph.indptr, graph.indices, x, scale, self_term, threads, graph.sorted,
+                weight=weight, plan=plan, tiles=tiles)
+
+
+def tiling_report() -> list[dict[str, Any]]:
+    """The source-tiling choices measured so far in this process, one dict per (graph, width,
+    dtype, threads) that had more than one candidate: rows, sources, edges, width, dtype,
+    threads, tiles (None while still measuring) and trial_ms (tile count -> fastest trial)."""
+    out = []
+    for ref_indices, _, graph in list(_GRAPHS.values()):
+        if ref_indices() is not None:
+            out += graph.tiling_report()
+    return out
 
 
 def weighted_sum(indptr: Any, indices: Any, x: torch.Tensor, scale: Optional[torch.Tensor] = None,

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from distgnn import ops
+from distgnn import ops, tiling
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.memory import huge_page_bytes, thp_mode
@@ -422,12 +422,14 @@ class Trainer:
         self.aggregation.finish()
         peaks = self.comm.gather(_peak_rss_bytes())
         huge = self.comm.gather(huge_page_bytes())  # while the part and its caches are alive
+        tiles = self.comm.gather(ops.tiling_report())
         if self.comm.rank != 0:
             return None
         summary = self._summary(records)
         summary["peak_rss_bytes_by_rank"] = peaks
         summary["huge_pages"] = {"requested": self.config.huge_pages, "thp_mode": thp_mode(),
                                  "bytes_by_rank": huge}
+        summary["source_tiling"] = {"mode": str(tiling.mode()), "choices_by_rank": tiles}
         ckpt.atomic_torch_save({"model": self.model.state_dict(), "config": asdict(self.config),
                                 "in_dim": int(self.part.feat.shape[1]),
                                 "num_classes": self.num_classes}, self.run_dir / "model.pt")

@@ -101,11 +101,11 @@ void spmm(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const T> x, Mat<T
 template <typename I>
 void spmm_bf16(Vec<const int64_t> indptr, Vec<const I> indices, Mat<const int16_t> x, Mat<float> y,
                std::optional<Vec<const float>> scale, std::optional<Mat<const int16_t>> self,
-               int threads, int64_t chunk_edges, int block, int prefetch, bool sorted,
+               int threads, int64_t chunk_edges, int block, int prefetch, int tiles, bool sorted,
                std::optional<Vec<const float>> weight, std::optional<Mat<const int64_t>> plan) {
   spmm_rows<float, int16_t, agg::detail::bf16, I>(indptr, indices, x, y, scale, self, threads,
-                                                  chunk_edges, block, prefetch, 0, sorted, weight,
-                                                  plan);
+                                                  chunk_edges, block, prefetch, tiles, sorted,
+                                                  weight, plan);
 }
 
 template <typename I>
@@ -232,7 +232,7 @@ void register_aggregate(nb::module_& m) {
   m.def("aggregate_spmm_bf16", &spmm_bf16<int32_t>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
         "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
         "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,
-        "prefetch"_a = -1, "sorted"_a = false, "weight"_a.noconvert() = nb::none(),
+        "prefetch"_a = -1, "tiles"_a = 0, "sorted"_a = false, "weight"_a.noconvert() = nb::none(),
         "plan"_a.noconvert() = nb::none(),
         "aggregate_spmm_bf16(indptr, indices, x, y, scale=None, self=None, ...): aggregate_spmm "
         "over bfloat16 rows, x and self given as int16 bit patterns (torch: t.view(torch.int16)), "
@@ -240,7 +240,7 @@ void register_aggregate(nb::module_& m) {
   m.def("aggregate_spmm_bf16", &spmm_bf16<int64_t>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
         "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
         "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,
-        "prefetch"_a = -1, "sorted"_a = false, "weight"_a.noconvert() = nb::none(),
+        "prefetch"_a = -1, "tiles"_a = 0, "sorted"_a = false, "weight"_a.noconvert() = nb::none(),
         "plan"_a.noconvert() = nb::none());
   m.def("aggregate_plan", &make_plan, "indptr"_a.noconvert(), "threads"_a = 0, "chunk_edges"_a = 0,
         "aggregate_plan(indptr, threads=0, chunk_edges=0) -> int64 [n_chunks, 5]: the work chunks "

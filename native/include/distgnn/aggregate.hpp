@@ -18,11 +18,11 @@
 //   AVX2 and baseline x86-64 and picked at run time (portable build), or for the build machine
 //   only when DISTGNN_NATIVE_ARCH is defined.
 // * software prefetch of the source row `prefetch` edges ahead (default 8), across row ends.
-// * source tiling (opt-in, rows sorted): all threads sweep one (column block, source tile) at a
-//   time so the gathered rows could be shared in the last-level cache; each row's tile bounds are
-//   found once per call. Off by default: on the development VM (32 MB L3 shared with other
-//   tenants; gathers from a table of <= 8 MB run at 80-90 GB/s, >= 32 MB at 15-20 GB/s) the extra
-//   partial-sum and index traffic cost as much as the cache hits saved (bench/kernels.py row).
+// * source tiling (Options::tiles, rows sorted): all threads sweep one (column block, source
+//   tile) at a time so the gathered rows could be shared in the last-level cache; each row's tile
+//   bounds are found once per call. Whether it pays depends on the cache a tenant really gets and
+//   on the degree (each tile re-reads and rewrites the output), so the caller picks the count by
+//   timing (distgnn/tiling.py); 0 or 1 here means untiled.
 #pragma once
 #include <algorithm>
 #include <atomic>
