@@ -20,7 +20,7 @@
 // * software prefetch of the source row `prefetch` edges ahead (default 8), across row ends.
 // * source tiling (Options::tiles, rows sorted): all threads sweep one (column block, source
 //   tile) at a time so the gathered rows could be shared in the last-level cache; each row's tile
-//   bounds are found once per call. Whether it pays depends on the cache a tenant really gets and
+//   bounds are found tile by tile (two arrays of n_rows). Whether it pays depends on the cache a tenant really gets and
 //   on the degree (each tile re-reads and rewrites the output), so the caller picks the count by
 //   timing (distgnn/tiling.py); 0 or 1 here means untiled.
 #pragma once
@@ -477,24 +477,23 @@ void spmm(const int64_t* indptr, const I* indices, int64_t n_rows, const X* x, i
   } else {
     // All threads sweep one (column block, source tile) at a time, so the tile's rows are shared
     // in the last-level cache; partial sums wait in y (or scratch) between tiles.
-    // split[t * n_rows + v]: the first edge of row v whose source lies in tile t or later.
-    std::vector<int64_t> split(static_cast<size_t>((tiles + 1) * n_rows));
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t v = 0; v < n_rows; ++v) {
-      split[v] = indptr[v];
-      split[tiles * n_rows + v] = indptr[v + 1];
-      for (int t = 1; t < tiles; ++t) {
-        const I bound = static_cast<I>(n_src * t / tiles);
-        split[t * n_rows + v] =
-            std::lower_bound(indices + split[(t - 1) * n_rows + v], indices + indptr[v + 1], bound) - indices;
-      }
-    }
+    // lo[v], hi[v]: row v's edges whose sources lie in the current tile. Two arrays, rolled from
+    // tile to tile, so the bounds take 2 x n_rows x 8 bytes whatever the number of tiles.
+    std::vector<int64_t> lo(static_cast<size_t>(n_rows)), hi(static_cast<size_t>(n_rows));
     args.tiled = true;
+    args.split_lo = lo.data();
+    args.split_hi = hi.data();
     for (int64_t c0 = 0; c0 < F; c0 += block) {
       for (int t = 0; t < tiles; ++t) {
+        const I bound = static_cast<I>(n_src * (t + 1) / tiles);
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (int64_t v = 0; v < n_rows; ++v) {
+          const int64_t from = t == 0 ? indptr[v] : hi[v];
+          lo[v] = from;
+          hi[v] = t + 1 == tiles ? indptr[v + 1]
+                                 : std::lower_bound(indices + from, indices + indptr[v + 1], bound) - indices;
+        }
         args.c0 = c0;
-        args.split_lo = split.data() + t * n_rows;
-        args.split_hi = split.data() + (t + 1) * n_rows;
         args.first = t == 0;
         args.last = t + 1 == tiles;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
