@@ -226,18 +226,22 @@ def _run(graph: _Graph, x: torch.Tensor, scale: Optional[torch.Tensor],
     x = x.contiguous()
     self_term = x[:self_rows] if self_rows > 0 else None
     plan = graph.plan(threads)
-    tiles = tiling.fixed(graph.sorted)
-    choice = None if tiles is not None else graph.tile_choice(x, threads)
-    if choice is not None:
-        tiles = choice.next()
-        if choice.chosen is None:
-            start = time.perf_counter()
-            y = spmm(graph.indptr, graph.indices, x, scale, self_term, threads, graph.sorted,
-                     weight=weight, plan=plan, tiles=tiles)
-            choice.record(tiles, time.perf_counter() - start)
-            return y
-    return spmm(graph.indptr, graph.indices, x, scale, self_term, threads, graph.sorted,
-                weight=weight, plan=plan, tiles=tiles)
+
+    def call(tiles: int) -> torch.Tensor:
+        return spmm(graph.indptr, graph.indices, x, scale, self_term, threads, graph.sorted,
+                    weight=weight, plan=plan, tiles=tiles)
+
+    fixed = tiling.fixed(graph.sorted)
+    if fixed is not None:
+        return call(fixed)
+    choice = graph.tile_choice(x, threads)
+    if choice.chosen is not None:
+        return call(choice.chosen)
+    tiles = choice.next()
+    start = time.perf_counter()
+    y = call(tiles)
+    choice.record(tiles, time.perf_counter() - start)
+    return y
 
 
 def tiling_report() -> list[dict[str, Any]]:
