@@ -8,8 +8,8 @@ re-reads and rewrites the whole output, so a low-degree graph loses (docs/design
 tiling"). So, in the default mode ``auto``, the first calls on a graph run the untiled kernel and
 a few tile counts in turn, and every later call uses the fastest (untiled unless a tile count
 wins by more than :data:`MARGIN`). The trial calls are real calls:
-their results are used, and for float32 rows of a whole column block (F = 256 with AVX-512) every
-candidate gives the same bits; for other widths the sums differ by rounding only.
+their results are used, and for float32 rows of 256 columns every candidate gives the same bits
+on every instruction set; for narrower rows the sums differ by rounding only.
 
 ``DISTGNN_TILES`` (or :func:`set_mode`): ``auto`` (default), ``off`` (never tile), or a tile count
 used whenever a graph's rows ascend.

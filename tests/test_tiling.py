@@ -185,3 +185,20 @@ def test_train_measures_tiles_and_reports_them(tmp_path) -> None:
     assert choices and all(c["tiles"] is not None and str(c["tiles"]) in c["trial_ms"] for c in choices)
     assert any(c["tiles"] > 1 for c in choices) or all(c["trial_ms"]["1"] <= min(c["trial_ms"].values())
                                                       for c in choices)
+
+
+def test_wide_float32_rows_give_the_same_bits_whatever_the_tiles() -> None:
+    """F = 256 float32 rows fill whole column blocks with one accumulator set on every instruction
+    set, so each row's sum runs in edge order under any tile count (hub pieces included): the
+    trials cannot change a result (docs/design.md, "Source tiling")."""
+    indptr, indices = sorted_graph(500, 3000, 120, seed=3)
+    x = torch.randn(3000, 256)
+    try:
+        for isa in ops.supported_isas():
+            ops.set_isa(isa)
+            untiled = ops.spmm(indptr, indices, x, None, None, 2, True, tiles=1, chunk_edges=50)
+            for tiles in (3, 7):
+                tiled = ops.spmm(indptr, indices, x, None, None, 2, True, tiles=tiles, chunk_edges=50)
+                assert torch.equal(untiled, tiled), (isa, tiles)
+    finally:
+        ops.set_isa("host")
