@@ -123,9 +123,6 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
         return {"fwd": lambda: ops.spmm(csr[0], csr[1], xs, None, None, threads, True, **tuning),
                 "bwd": lambda: ops.spmm(csr[2], csr[3], gs, None, None, threads, True, **tuning)}
 
-    def trained_on(csr, xs: torch.Tensor, gs: torch.Tensor) -> Dict[str, Callable[[], object]]:
-        return ours_as_trained(*csr, xs, gs)
-
     def fresh_outputs(cases: Dict[str, Callable[[], object]]) -> Dict[str, Callable[[], object]]:
         """The same calls with a new output allocated each time (no reuse: the page faults of
         the first write land in the kernel, as for a library that allocates per call)."""
@@ -151,10 +148,10 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
     libraries: Dict[str, Dict[str, Callable[[], object]]] = {
         "ours": ours_as_trained(indptr, indices, t_indptr, t_indices, x, g),
         dgl_name: built(dgl_name, lambda: _dgl_cases(indptr, indices, x, g)),
-        f"ours, order {DEFAULT_VERTEX_ORDER} (a P = 1 part's arrays)": trained_on(ordered, x, g),
-        f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (as distgnn train)": trained_on(huge, huge_x, huge_g),
+        f"ours, order {DEFAULT_VERTEX_ORDER} (a P = 1 part's arrays)": ours_as_trained(*ordered, x, g),
+        f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages (as distgnn train)": ours_as_trained(*huge, huge_x, huge_g),
         f"ours, order {DEFAULT_VERTEX_ORDER}, 2 MB pages, never tiled": ours_on(huge, huge_x, huge_g),
-        f"ours, order {DEFAULT_VERTEX_ORDER}, a fresh output per call": fresh_outputs(trained_on(ordered, x, g)),
+        f"ours, order {DEFAULT_VERTEX_ORDER}, a fresh output per call": fresh_outputs(ours_as_trained(*ordered, x, g)),
         like_name: built(like_name, lambda: _dgl_cases(huge[0], huge[1], huge_x, huge_g)),
         "torch.sparse.mm (CSR)": _torch_sparse_cases(indptr, indices, t_indptr, t_indices, x, g),
         pyg_name: built(pyg_name, lambda: _pyg_cases(indptr, indices, x, g)),

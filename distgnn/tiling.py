@@ -43,7 +43,7 @@ _mode: str | int = "auto"
 
 
 def parse_mode(value: str, source: str) -> str | int:
-    """``auto``, ``off`` or a tile count >= 1 (1 is ``off``); one-line :class:`DistgnnError`
+    """``auto``, ``off`` or a tile count (0 and 1 are ``off``); one-line :class:`DistgnnError`
     naming ``source`` otherwise."""
     text = value.strip().lower()
     if text in ("auto", "off"):
@@ -122,4 +122,4 @@ def fixed(sorted_rows: bool) -> Optional[int]:
 
 
 if os.environ.get(MODE_ENV):
-    set_mode(parse_mode(os.environ[MODE_ENV], MODE_ENV))
+    _mode = parse_mode(os.environ[MODE_ENV], MODE_ENV)

@@ -20,9 +20,9 @@
 // * software prefetch of the source row `prefetch` edges ahead (default 8), across row ends.
 // * source tiling (Options::tiles, rows sorted): all threads sweep one (column block, source
 //   tile) at a time so the gathered rows could be shared in the last-level cache; each row's tile
-//   bounds are found tile by tile (two arrays of n_rows). Whether it pays depends on the cache a tenant really gets and
-//   on the degree (each tile re-reads and rewrites the output), so the caller picks the count by
-//   timing (distgnn/tiling.py); 0 or 1 here means untiled.
+//   bounds are found tile by tile (two arrays of n_rows). Whether it pays depends on the cache a
+//   tenant really gets and on the degree (each tile re-reads and rewrites the output), so the
+//   caller picks the count by timing (distgnn/tiling.py); 0 or 1 here means untiled.
 #pragma once
 #include <algorithm>
 #include <atomic>
