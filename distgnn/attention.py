@@ -23,7 +23,7 @@ import torch
 
 from distgnn import _native
 from distgnn.errors import DistgnnError
-from distgnn.ops import _graph, _threads
+from distgnn.ops import native_graph, thread_count
 from distgnn.output_pool import POOL
 
 #: LeakyReLU slope of the GAT paper (and of DGL's GATConv default)
@@ -93,14 +93,14 @@ def local_attention(indptr: Any, indices: Any, z: torch.Tensor, el: torch.Tensor
                            f"{tuple(z.shape)}, {tuple(el.shape)}, {tuple(er.shape)}")
     if z.dtype not in (torch.float32, torch.float64) or el.dtype != z.dtype or er.dtype != z.dtype:
         raise DistgnnError("attention: z, el and er must share one dtype, float32 or float64")
-    graph = _graph(indptr, indices, threads)
+    graph = native_graph(indptr, indices, threads)
     n_src, H, D = z.shape
     if graph.bound > n_src or er.shape[0] != graph.n_dst or not 0 <= n_self <= min(n_src, graph.n_dst):
         raise DistgnnError(f"attention: indices reach {graph.bound}, z has {n_src} rows, er "
                            f"{er.shape[0]} (graph: {graph.n_dst}), n_self {n_self}")
     drop = dropout.native() if dropout is not None and dropout.p > 0 else {"p": 0.0}
     m, s, q = _LocalAttention.apply(z.reshape(n_src, H * D).contiguous(), el.contiguous(),
-                                    er.contiguous(), graph, int(n_self), drop, _threads(threads),
+                                    er.contiguous(), graph, int(n_self), drop, thread_count(threads),
                                     timer or nullcontext)
     return m, s, q.view(-1, H, D)
 

@@ -55,7 +55,8 @@ if os.environ.get(ISA_ENV):
     set_isa(os.environ[ISA_ENV], ISA_ENV)
 
 
-def _threads(threads: int) -> int:
+def thread_count(threads: int) -> int:
+    """The kernel's thread count: ``threads``, or torch's when 0 (all cores)."""
     return threads if threads > 0 else torch.get_num_threads()
 
 
@@ -87,7 +88,7 @@ class _Graph:
                                f"got {int(indptr[0])}..{int(indptr[-1])}")
         if self.n_dst > 0 and bool((indptr[1:] < indptr[:-1]).any()):
             raise DistgnnError("aggregate: indptr must be non-decreasing")
-        self.bound = _native.aggregate_index_bound(indices, _threads(threads))
+        self.bound = _native.aggregate_index_bound(indices, thread_count(threads))
         if self.bound < 0:
             raise DistgnnError("aggregate: indices must be non-negative")
         self.local_degree = (indptr[1:] - indptr[:-1])
@@ -99,7 +100,7 @@ class _Graph:
     def tile_choice(self, x: torch.Tensor, threads: int) -> tiling.TileChoice:
         """The measured choice of source tiles for rows like ``x`` ([n_src, F], its dtype) with
         ``threads`` threads (:mod:`distgnn.tiling`), made once per such key."""
-        key = (x.shape[0], x.shape[1], x.dtype, _threads(threads))
+        key = (x.shape[0], x.shape[1], x.dtype, thread_count(threads))
         if key not in self._tiling:
             options = (tiling.candidates(self.n_dst, x.shape[0], self.indices.numel(),
                                          x.shape[1] * x.element_size()) if self.sorted else (1,))
@@ -122,7 +123,7 @@ class _Graph:
     def plan(self, threads: int) -> torch.Tensor:
         """The kernel's chunk plan of this CSR for ``threads`` threads, int64 [n_chunks, 5], built
         once (native ``aggregate_plan``) instead of on every call."""
-        threads = _threads(threads)
+        threads = thread_count(threads)
         if threads not in self._plans:
             self._plans[threads] = torch.from_numpy(_native.aggregate_plan(self.indptr, threads))
         return self._plans[threads]
@@ -152,7 +153,9 @@ def rows_sorted(indptr: torch.Tensor, indices: torch.Tensor) -> bool:
 _GRAPHS: dict[int, Tuple[Any, Any, _Graph]] = {}
 
 
-def _graph(indptr: Any, indices: Any, threads: int) -> _Graph:
+def native_graph(indptr: Any, indices: Any, threads: int) -> _Graph:
+    """The native module's view of a CSR (indptr int64 [n + 1], indices int32 [nnz]), kept per
+    indices tensor so its transposes and tiling choices are made once."""
     if isinstance(indices, torch.Tensor) and isinstance(indptr, torch.Tensor):
         hit = _GRAPHS.get(id(indices))
         if hit is not None and hit[0]() is indices and hit[1]() is indptr:
@@ -209,12 +212,12 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Op
         _native.aggregate_spmm_bf16(indptr, indices, x.view(torch.int16), y,
                                     None if scale is None else scale.float(),
                                     None if self_term is None else self_term.view(torch.int16),
-                                    _threads(threads), sorted=sorted,
+                                    thread_count(threads), sorted=sorted,
                                     weight=None if weight is None else weight.float(), plan=plan,
                                     **tuning)
         return y
     y = POOL.empty((indptr.numel() - 1, x.shape[1]), x.dtype)
-    _native.aggregate_spmm(indptr, indices, x, y, scale, self_term, _threads(threads),
+    _native.aggregate_spmm(indptr, indices, x, y, scale, self_term, thread_count(threads),
                            sorted=sorted, weight=weight, plan=plan, **tuning)
     return y
 
@@ -265,7 +268,7 @@ def weighted_sum(indptr: Any, indices: Any, x: torch.Tensor, scale: Optional[tor
     x [n_src, F] float32/float64/bfloat16 (bfloat16: float32 result); scale [n_dst] and weight
     [n_src] float32 (x's dtype for float64), None for 1. The graph is validated and its chunk
     plan built once per ``indices`` tensor (as :func:`aggregate`)."""
-    graph = _graph(indptr, indices, threads)
+    graph = native_graph(indptr, indices, threads)
     if graph.bound > x.shape[0] or self_rows > min(x.shape[0], graph.n_dst):
         raise DistgnnError(f"weighted_sum: x has {x.shape[0]} rows; indices reach {graph.bound} "
                            f"and self_rows is {self_rows}")
@@ -326,7 +329,7 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
         raise DistgnnError(f"aggregate: norm must be one of {', '.join(NORMS)}, got {norm!r}")
     if not isinstance(x, torch.Tensor) or x.dtype not in _ROWS or x.dim() != 2 or x.device.type != "cpu":
         raise DistgnnError("aggregate: x must be a 2-D float32, float64 or bfloat16 CPU tensor")
-    graph = _graph(indptr, indices, threads)
+    graph = native_graph(indptr, indices, threads)
     n_src = x.shape[0]
     if graph.bound > n_src:
         raise DistgnnError(f"aggregate: indices reach source {graph.bound - 1} but x has {n_src} rows")
@@ -360,7 +363,7 @@ def aggregate(indptr: Any, indices: Any, x: torch.Tensor, norm: str = "sum",
                 or t_indices.dtype != graph.indices.dtype or t_indices.numel() != graph.indices.numel()):
             raise DistgnnError(f"aggregate: transpose must be (int64 [{n_src + 1}], "
                                f"{graph.indices.dtype} [{graph.indices.numel()}])")
-        t_graph = _graph(t_indptr, t_indices, threads)  # validated once per tensor, like the graph
+        t_graph = native_graph(t_indptr, t_indices, threads)  # validated once per tensor, like the graph
         if t_graph.bound > graph.n_dst:
             raise DistgnnError(f"aggregate: transpose indices reach destination {t_graph.bound - 1} "
                                f"but the graph has {graph.n_dst}")
@@ -374,14 +377,14 @@ class _Dropout(torch.autograd.Function):
         ctx.p, ctx.key, ctx.threads = p, key, threads
         ctx.save_for_backward(gids)
         out = POOL.empty(tuple(x.shape), x.dtype)   # the kernel writes every entry
-        _native.dropout_apply(x.contiguous(), gids, out, p, *key, _threads(threads))
+        _native.dropout_apply(x.contiguous(), gids, out, p, *key, thread_count(threads))
         return out
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         (gids,) = ctx.saved_tensors
         out = POOL.empty(tuple(grad.shape), grad.dtype)
-        _native.dropout_apply(grad.contiguous(), gids, out, ctx.p, *ctx.key, _threads(ctx.threads))
+        _native.dropout_apply(grad.contiguous(), gids, out, ctx.p, *ctx.key, thread_count(ctx.threads))
         return out, None, None, None, None
 
 
@@ -422,14 +425,14 @@ def dropout_mask(num_cols: int, p: float, seed: int, epoch: int, layer: int, glo
     """The scaled mask [len(global_ids), num_cols] that :func:`dropout` multiplies by."""
     gids = _check_gids(global_ids, len(global_ids))
     out = torch.empty(gids.numel(), num_cols, dtype=dtype)
-    _native.dropout_mask(gids, out, float(p), *_check_key(seed, epoch, layer), _threads(threads))
+    _native.dropout_mask(gids, out, float(p), *_check_key(seed, epoch, layer), thread_count(threads))
     return out
 
 
 def gather_rows(x: torch.Tensor, rows: torch.Tensor, threads: int = 0) -> torch.Tensor:
     """x[rows] as a new contiguous tensor [len(rows), F] (no autograd)."""
     out = torch.empty(rows.numel(), x.shape[1], dtype=x.dtype)
-    _native.gather_rows(x.contiguous(), rows.contiguous(), out, _threads(threads))
+    _native.gather_rows(x.contiguous(), rows.contiguous(), out, thread_count(threads))
     return out
 
 
@@ -437,5 +440,5 @@ def scatter_add_rows(y: torch.Tensor, rows: torch.Tensor, x: torch.Tensor, threa
     """y[rows[i]] += x[i] in place (rows may repeat); returns y. y must be contiguous."""
     if not y.is_contiguous():
         raise DistgnnError("scatter_add_rows: y must be contiguous")
-    _native.scatter_add_rows(x.contiguous(), rows.contiguous(), y, _threads(threads))
+    _native.scatter_add_rows(x.contiguous(), rows.contiguous(), y, thread_count(threads))
     return y

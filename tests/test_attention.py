@@ -131,10 +131,10 @@ def test_bad_shapes_are_refused() -> None:
 
 
 def test_delayed_partial_gradients_travel_free_of_the_max() -> None:
-    """cd-r's delayed gradient of a partial (distgnn/train/root_exchange.py) travels as the
+    """cd-r's delayed gradient of a partial (distgnn/exchange/attention_delayed.py) travels as the
     gradient of (log-mass, local output): the same whatever max m the partial was expressed with,
     and mapped back exactly onto the partial it came from."""
-    from distgnn.train.root_exchange import _extensive_gradient, _intensive_gradient
+    from distgnn.exchange.attention_delayed import extensive_gradient, intensive_gradient
 
     torch.manual_seed(0)
     H, D, n = 3, 4, 5
@@ -153,7 +153,7 @@ def test_delayed_partial_gradients_travel_free_of_the_max() -> None:
         forms.append((rows.detach(), rows.grad))
     (rows0, grad0), (rows1, grad1) = forms
     assert not torch.allclose(grad0, grad1)  # the raw gradients differ by exp(shift)
-    torch.testing.assert_close(_intensive_gradient(rows0, grad0, H), _intensive_gradient(rows1, grad1, H))
-    back = _extensive_gradient(rows1, _intensive_gradient(rows0, grad0, H), H)
+    torch.testing.assert_close(intensive_gradient(rows0, grad0, H), intensive_gradient(rows1, grad1, H))
+    back = extensive_gradient(rows1, intensive_gradient(rows0, grad0, H), H)
     torch.testing.assert_close(back[:, H:], grad1[:, H:])
     assert back[:, :H].abs().max() == 0

@@ -173,11 +173,11 @@ def test_transpose_cache_is_reused() -> None:
     indptr, indices = power_law_graph(30, 30, 200, seed=3)
     x = torch.randn(30, 4, requires_grad=True)
     ops.aggregate(indptr, indices, x, "mean").sum().backward()
-    graph = ops._graph(indptr, indices, 1)
+    graph = ops.native_graph(indptr, indices, 1)
     assert 30 in graph._transposes and graph._transposes[30].sorted
     first = graph._transposes[30]
     ops.aggregate(indptr, indices, x, "mean").sum().backward()
-    assert ops._graph(indptr, indices, 1)._transposes[30] is first
+    assert ops.native_graph(indptr, indices, 1)._transposes[30] is first
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -256,7 +256,7 @@ def test_chunk_plan_is_built_once_and_a_stale_one_refused() -> None:
     x = torch.randn(200, 24, requires_grad=True)
     y = ops.aggregate(indptr, indices, x, "mean", threads=2)
     y.sum().backward()
-    graph = ops._graph(indptr, indices, 2)
+    graph = ops.native_graph(indptr, indices, 2)
     plan = graph.plan(2)
     assert plan.dtype == torch.int64 and plan.shape[1] == 5 and graph.plan(2) is plan
     assert 2 in graph._transposes[200]._plans

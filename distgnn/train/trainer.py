@@ -25,6 +25,7 @@ import torch
 from distgnn import ops, tiling
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
+from distgnn.exchange import Aggregation, build_aggregation
 from distgnn.memory import huge_page_bytes, thp_mode
 from distgnn.models import build_model
 from distgnn.precision import dense_autocast, in_dtype, in_float32
@@ -32,8 +33,6 @@ from distgnn.progress import is_quiet
 from distgnn.train import checkpoint as ckpt
 from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply, run_name, steady_start
 from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients
-from distgnn.train.exchange import DistributedAggregation
-from distgnn.train.root_exchange import RootAggregation
 from distgnn.train.metrics import loss_sum, mean_roc_auc
 from distgnn.train.partition_data import PartitionData, load_partition, read_num_parts
 from distgnn.train.provenance import git_commit, slurm_job_id, versions
@@ -98,34 +97,19 @@ class Trainer:
             config.aggregator, config.dropout, config.heads)
         if model is not None and self.comm.size > 1:  # replicas start equal however it was seeded
             self.model.load_state_dict(self.comm.bcast(self.model.state_dict()))
-        norm = self.model.norm
-        aggregates_first = bool(getattr(self.model, "aggregates_input_first", False))
+        self.aggregation: Aggregation = build_aggregation(
+            self.part, self.algorithm, self.apply, self.model.norm, self.comm, self.eval_comm,
+            self.timers, config.threads, bool(getattr(self.model, "aggregates_input_first", False)),
+            config.input_cache,
+            resolve_delayed_gradients(config.delayed_gradients, self.algorithm, self.apply),
+            config.fresh_copies)
         #: rows the dense work runs on: this part's roots under apply-at-root (a prefix of the
         #: local ids), every local vertex under replicas
-        self.rows = self.part.num_roots if self.apply == "root" else self.part.num_local
+        self.rows = self.aggregation.rows
         self.x = self.part.feat[:self.rows]
-        if self.apply == "root":
-            # layer 0 aggregating first reads the stored features, which every replica has; with
-            # the input cache on, cd-r keeps its own aggregate of them once it settles
-            stored = frozenset({0}) if aggregates_first else frozenset()
-            self.aggregation = RootAggregation(
-                self.part, norm, self.comm, self.eval_comm, self.timers,
-                config.threads, stored, self.algorithm.delay,
-                stored if config.input_cache else frozenset(),
-                resolve_delayed_gradients(config.delayed_gradients, self.algorithm, self.apply),
-                config.fresh_copies)
-        else:
-            # layer 0 aggregating first sees the constant features (no dropout before it): with
-            # the input cache on, 0c and cd-r keep their own layer-0 aggregate once it settles
-            constant = {0} if config.input_cache and self.algorithm.keeps_own_input_aggregate(
-                self.comm.size, aggregates_first) else set()
-            self.aggregation = DistributedAggregation(self.part, self.algorithm, norm,
-                                                      self.comm, self.eval_comm, self.timers,
-                                                      config.threads, frozenset(constant))
         if config.precision == "bf16":  # rows gathered and exchanged in bfloat16 (distgnn/precision.py)
             self.comm.payload_dtype = torch.bfloat16
-            if isinstance(self.aggregation, RootAggregation) and self.aggregation.stored_input_layers:
-                self.aggregation.feat_rows = self.part.feat.to(torch.bfloat16)
+            self.aggregation.gather_features_as(torch.bfloat16)
         self.optimizer = Adam(self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         train_mask = self.part.masks["train_mask"][:self.rows]  # true only at roots
         self.global_train_count = int(self.comm.sum(int(train_mask.sum())))
@@ -148,14 +132,7 @@ class Trainer:
         own layer-0 aggregate equals it (cd-0, or one rank), so the training semantics of 0c and
         cd-r are unchanged."""
         start = time.perf_counter()
-        self.aggregation.training = False
-        with torch.no_grad():
-            if isinstance(self.aggregation, RootAggregation):
-                # the features are on every replica: no broadcast, whichever way layer 0 maps
-                self.input_aggregate = self.aggregation.feature_aggregate()
-            else:
-                self.input_aggregate = self.aggregation(0, self.x)
-        self.aggregation.training = True
+        self.input_aggregate = self.aggregation.input_aggregate()
         self.timers.reset()
         self.input_cache_time_s = self.comm.max(time.perf_counter() - start)
 
@@ -246,7 +223,7 @@ class Trainer:
 
     def _train_step(self, epoch: int) -> float:
         self.model.train()
-        self.aggregation.training = True
+        self.aggregation.train()
         self.optimizer.zero_grad(set_to_none=False)
         logits = self._forward(self._dropout(epoch), epoch)
         ids = self.train_ids
@@ -269,12 +246,12 @@ class Trainer:
         """Logits [rows, classes] of the current model with the exact aggregation and no dropout
         (rows: the roots under apply-at-root); the model is left in training mode."""
         self.model.eval()
-        self.aggregation.training = False
+        self.aggregation.eval()
         try:
             return self._forward(None)
         finally:
             self.model.train()
-            self.aggregation.training = True
+            self.aggregation.train()
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Run under ``mpiexec -n 3``: drive DistributedAggregation (``--apply replicas``) or
+"""Run under ``mpiexec -n 3``: drive ReplicaAggregation (``--apply replicas``) or
 RootAggregation (``--apply root``) on a hand-built three-part graph and print (rank 0) the
 aggregates at every step, as JSON: every split vertex's on each of its replicas (replicas), or
 every root's (root).
@@ -17,9 +17,8 @@ import torch
 
 from distgnn.comm import Communicator, RowPlan
 from distgnn.train.algorithms import parse_algorithm
-from distgnn.train.exchange import DistributedAggregation
+from distgnn.exchange import ReplicaAggregation, RootAggregation
 from distgnn.train.partition_data import PartitionData
-from distgnn.train.root_exchange import RootAggregation
 from distgnn.train.timers import Timers
 
 EDGES = {0: [(1, 0), (6, 0), (1, 4), (4, 1)], 1: [(2, 0), (2, 5), (7, 5)],
@@ -169,7 +168,7 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
                               fresh_copies=fresh)
         rows = part.num_roots
     else:
-        agg = DistributedAggregation(part, algorithm, "mean", comm, comm.dup(), Timers(), 1)
+        agg = ReplicaAggregation(part, algorithm, "mean", comm, comm.dup(), Timers(), 1)
         rows = part.num_local
     out = []
     for step in range(steps):

@@ -1,0 +1,139 @@
+"""The exact exchanges (cd-0 and evaluation), each an autograd function whose backward is its
+adjoint, so cd-0 equals one-process training for any number of ranks.
+
+Gather-apply-scatter in PowerGraph's words: a *reduce* gathers the leaves' partials at the root, a
+*broadcast* scatters the root's row to its leaves. Reduce's adjoint is a broadcast of the
+gradient and vice versa. Every function takes a traffic ``kind`` (``forward``, ``eval``,
+``setup``); the bytes of training traffic are also counted under their direction.
+"""
+from __future__ import annotations
+
+import torch
+
+from distgnn.comm import Communicator, RowPlan
+from distgnn.exchange.plans import RootPlans
+from distgnn.train.partition_data import PartitionData
+from distgnn.train.timers import Timers
+
+
+def training_direction(kind: str, direction: str) -> str | None:
+    """Directions are counted for training traffic only (evaluation and set-up have their own
+    counters)."""
+    return None if kind in ("eval", "setup") else direction
+
+
+def reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, kind: str,
+                     timers: Timers) -> torch.Tensor:
+    """Every replica of a split vertex gets the sum of all replicas' rows (leaves -> root ->
+    leaves); x [n_k, w] -> [n_k, w]."""
+    if comm.size == 1:
+        return x
+    with timers("exchange_wait"):
+        received = comm.exchange_rows(x[part.leaf_send.ids], part.leaf_send, part.root_recv, kind,
+                                      training_direction(kind, "reduce"))
+        total = x.clone()
+        total.index_add_(0, part.root_recv.ids, received)
+        back = comm.exchange_rows(total[part.root_recv.ids], part.root_recv, part.leaf_send, kind,
+                                  training_direction(kind, "broadcast"))
+        total[part.leaf_send.ids] = back
+    return total
+
+
+class ReduceBroadcast(torch.autograd.Function):
+    """The replicas mode's cd-0 exchange (:func:`reduce_broadcast`); its adjoint is the same
+    reduce-then-broadcast on the gradient."""
+
+    @staticmethod
+    def forward(ctx, p: torch.Tensor, part: PartitionData, comm: Communicator, timers: Timers,
+                kind: str) -> torch.Tensor:
+        ctx.part, ctx.comm, ctx.timers = part, comm, timers
+        return reduce_broadcast(p.detach(), part, comm, kind, timers)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        return (reduce_broadcast(grad.contiguous(), ctx.part, ctx.comm, "backward", ctx.timers),
+                None, None, None, None)
+
+
+class Broadcast(torch.autograd.Function):
+    """h [n_roots, w] -> source table [n_k, w]: the roots' rows, then the leaves' copies (rows of
+    leaves without local out-edges are zero; no kernel reads them)."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, n_local: int, plans: RootPlans, comm: Communicator,
+                timers: Timers, kind: str) -> torch.Tensor:
+        ctx.plans, ctx.comm, ctx.timers, ctx.n_roots = plans, comm, timers, h.shape[0]
+        src = h.new_empty((n_local, h.shape[1]))
+        src[:h.shape[0]] = h
+        src[h.shape[0]:] = 0.0
+        if comm.size > 1:
+            with timers("exchange_wait"):
+                rows = comm.exchange_rows(h[plans.bcast_root.ids], plans.bcast_root,
+                                          plans.bcast_leaf, kind, training_direction(kind, "broadcast"))
+                src[plans.bcast_leaf.ids] = rows
+        return src
+
+    @staticmethod
+    def backward(ctx, grad_src: torch.Tensor):
+        plans = ctx.plans
+        grad_h = grad_src[:ctx.n_roots].clone()
+        if ctx.comm.size > 1:
+            with ctx.timers("exchange_wait"):
+                rows = ctx.comm.exchange_rows(grad_src[plans.bcast_leaf.ids], plans.bcast_leaf,
+                                              plans.bcast_root, "backward", "reduce")
+                grad_h.index_add_(0, plans.bcast_root.ids, rows)
+        return grad_h, None, None, None, None, None
+
+
+class Reduce(torch.autograd.Function):
+    """p [n_k, w] -> a [n_roots, w]: each root's own partial plus its leaves' partials."""
+
+    @staticmethod
+    def forward(ctx, p: torch.Tensor, n_roots: int, plans: RootPlans, comm: Communicator,
+                timers: Timers, kind: str) -> torch.Tensor:
+        ctx.plans, ctx.comm, ctx.timers, ctx.n_local = plans, comm, timers, p.shape[0]
+        a = p[:n_roots].clone()
+        if comm.size > 1:
+            with timers("exchange_wait"):
+                rows = comm.exchange_rows(p[plans.reduce_leaf.ids], plans.reduce_leaf,
+                                          plans.reduce_root, kind, training_direction(kind, "reduce"))
+                a.index_add_(0, plans.reduce_root.ids, rows)
+        return a
+
+    @staticmethod
+    def backward(ctx, grad_a: torch.Tensor):
+        plans = ctx.plans
+        grad_p = grad_a.new_zeros((ctx.n_local, grad_a.shape[1]))
+        grad_p[:grad_a.shape[0]] = grad_a
+        if ctx.comm.size > 1:
+            with ctx.timers("exchange_wait"):
+                rows = ctx.comm.exchange_rows(grad_a[plans.reduce_root.ids].contiguous(),
+                                              plans.reduce_root, plans.reduce_leaf, "backward",
+                                              "broadcast")
+                grad_p[plans.reduce_leaf.ids] = rows
+        return grad_p, None, None, None, None, None
+
+
+class GatherAtRoot(torch.autograd.Function):
+    """p [n_k, w] -> the rows the leaves in ``leaf_plan`` send, as received at their roots
+    ([R, w], ordered as ``root_plan``, row i belonging to root ``root_plan.ids[i]``): the
+    attention partials, which the root merges rather than sums. Backward sends each row's
+    gradient back to the leaf it came from."""
+
+    @staticmethod
+    def forward(ctx, p: torch.Tensor, leaf_plan: RowPlan, root_plan: RowPlan, comm: Communicator,
+                timers: Timers, kind: str) -> torch.Tensor:
+        ctx.leaf_plan, ctx.root_plan, ctx.comm, ctx.timers = leaf_plan, root_plan, comm, timers
+        ctx.shape = p.shape
+        with timers("exchange_wait"):
+            return comm.exchange_rows(p[leaf_plan.ids], leaf_plan, root_plan, kind,
+                                      training_direction(kind, "reduce"))
+
+    @staticmethod
+    def backward(ctx, grad_rows: torch.Tensor):
+        grad_p = grad_rows.new_zeros(ctx.shape)
+        with ctx.timers("exchange_wait"):
+            back = ctx.comm.exchange_rows(grad_rows.contiguous(), ctx.root_plan, ctx.leaf_plan,
+                                          "backward", "broadcast")
+        grad_p[ctx.leaf_plan.ids] = back
+        return grad_p, None, None, None, None, None

@@ -1,0 +1,96 @@
+"""cd-r's summed aggregation at the root, one layer's state and its two autograd pieces.
+
+At a layer's training step e, bin ``e mod r`` moves, non-blocking: the roots post their current
+row of each bin vertex to its leaves (channel ``copies``) and the leaves post their partial of it
+to its root (channel ``partials``); every message is consumed r steps after it was posted, at the
+start of step e + r, before that step's local sum. So a leaf's copy of a root's row is r to 2r - 1
+steps old, and a root aggregates ``a = p_root(e) + R`` where R, the sum of its leaves' last
+delivered partials, is r to 2r - 1 steps old. Before the first delivery a copy and R are zero.
+With delayed gradients each exchange's adjoint moves in backward for the same bin and is consumed
+r steps later (channels ``partials_grad`` and ``copies_grad``); without them copies and R are
+constants in backward (docs/design.md#cd-r-at-the-root).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from distgnn.exchange.local_sum import LocalKernel
+from distgnn.exchange.mailbox import Mailbox
+from distgnn.exchange.schedule import DelayedSchedule
+
+#: the messages of one summed layer: forward rows, then the gradients of each
+CHANNELS = ("copies", "partials", "partials_grad", "copies_grad")
+
+
+@dataclass
+class DelayedSumState:
+    """cd-r state of one summed layer at the root."""
+
+    step: int = 0
+    #: float [n_k, w]: the source table; rows [n_roots:) are the leaves' last delivered copies
+    #: (None when the layer reads no copies: stored input, or ``--fresh-copies``)
+    table: torch.Tensor | None = None
+    remote: torch.Tensor | None = None    #: R, float [n_roots, w]: leaves' last delivered partials
+    mailbox: Mailbox = field(default_factory=lambda: Mailbox(CHANNELS))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "table": self.table, "remote": self.remote,
+                "mailbox": self.mailbox.state_dict()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "DelayedSumState":
+        return cls(step=state["step"], table=state["table"], remote=state["remote"],
+                   mailbox=Mailbox.from_state(state["mailbox"]))
+
+
+class DelayedReduceGrad(torch.autograd.Function):
+    """a = p[:n_roots] + R, whose backward also posts the roots' gradient of this step's bin to
+    the leaves that sent partials, and adds to the leaves' partials the gradient posted r steps
+    ago (a delayed adjoint of the reduce)."""
+
+    @staticmethod
+    def forward(ctx, p: torch.Tensor, remote: torch.Tensor, schedule: DelayedSchedule,
+                state: DelayedSumState, step: int) -> torch.Tensor:
+        ctx.schedule, ctx.state, ctx.step, ctx.n_local = schedule, state, step, p.shape[0]
+        return p[:remote.shape[0]] + remote
+
+    @staticmethod
+    def backward(ctx, grad_a: torch.Tensor):
+        schedule, e = ctx.schedule, ctx.step
+        bins = schedule.bin(e)
+        grad_p = grad_a.new_zeros((ctx.n_local, grad_a.shape[1]))
+        grad_p[:grad_a.shape[0]] = grad_a
+        got = schedule.post_and_take_gradient(ctx.state.mailbox, "partials_grad", e,
+                                              grad_a[bins.reduce_root.ids], bins.reduce_root,
+                                              bins.reduce_leaf, "broadcast")
+        if got is not None:
+            grad_p[bins.reduce_leaf.ids] += got
+        return grad_p, None, None, None, None
+
+
+class TableSum(torch.autograd.Function):
+    """cd-r's local sum at the root: the roots' rows h are copied into the prefix of the layer's
+    persistent source table (whose leaf rows hold the last delivered copies), and the kernel runs
+    over it; so a step copies n_roots rows, not the whole table. Backward runs the kernel on the
+    transpose and returns the roots' rows; with delayed gradients it also posts the gradient of
+    this step's bin copies to their roots and adds the one posted r steps ago."""
+
+    @staticmethod
+    def forward(ctx, h: torch.Tensor, kernel: LocalKernel, schedule: DelayedSchedule,
+                state: DelayedSumState, step: int) -> torch.Tensor:
+        ctx.kernel, ctx.schedule, ctx.state, ctx.step = kernel, schedule, state, step
+        with kernel.timers("aggregate"):
+            state.table[:h.shape[0]].copy_(h.detach())
+            return kernel.forward_rows(state.table)
+
+    @staticmethod
+    def backward(ctx, grad_p: torch.Tensor):
+        kernel, schedule, e = ctx.kernel, ctx.schedule, ctx.step
+        with kernel.timers("aggregate"):
+            grad_src = kernel.transposed(grad_p, ctx.state.table.dtype)
+        bins = schedule.bin(e)
+        return schedule.copies_gradient(ctx.state.mailbox, "copies_grad", e, grad_src,
+                                        bins.bcast_leaf, bins.bcast_root), None, None, None, None

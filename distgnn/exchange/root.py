@@ -1,0 +1,199 @@
+"""Apply at the root (``--apply root``): each vertex's dense work runs once, on the rank holding its
+root, as PowerGraph applies a vertex program at the master (docs/design.md#apply-at-root).
+
+A part's roots are its first ``n_roots`` local ids (layout version 2), so the rows a rank applies
+the layer to are a prefix of its local rows. One layer's aggregation:
+
+1. **broadcast** -- the roots' layer input h [n_roots, w] is sent to the leaf replicas that use it
+   as a source (leaves with local out-edges), giving the source table [n_k, w]. A layer whose
+   input is the stored features (layer 0 when it aggregates first) reads them instead: every
+   replica has them, nothing is sent.
+2. **local sum** -- the native kernel over the part's own edges, p [n_k, w], each part's partials
+   already scaled by the global in-degree (the root alone adds the self term).
+3. **reduce** -- leaves with local in-edges send their partial to the root; the root adds them to
+   its own: a [n_roots, w], the final aggregate.
+
+cd-0 runs them blocking, each with its exact adjoint (:mod:`distgnn.exchange.collectives`), so it
+equals one-process training. cd-r moves each split vertex once every r steps, non-blocking, and
+reads what arrived r steps later (:mod:`distgnn.exchange.delayed_sum`;
+:mod:`distgnn.exchange.attention_delayed` for GAT). With ``fresh_copies`` (``--fresh-copies``)
+the broadcast is cd-0's and only the reduce is delayed. A constant layer (the stored features
+with the input cache on) posts its partials only at steps < r and, from step 2r on, when every
+bin's R has arrived, returns its kept aggregate (:mod:`distgnn.exchange.settled`).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+
+from distgnn.comm import Communicator
+from distgnn.exchange.attention_delayed import AttentionValues, DelayedAttention
+from distgnn.exchange.attention_exact import exact_attention
+from distgnn.exchange.collectives import Broadcast, Reduce
+from distgnn.exchange.delayed_sum import DelayedReduceGrad, DelayedSumState, TableSum
+from distgnn.exchange.local_sum import LocalKernel
+from distgnn.exchange.mailbox import Mailbox
+from distgnn.exchange.norms import check_norm, global_out_degree, kernel_weights
+from distgnn.exchange.plans import broadcast_to, root_plans
+from distgnn.exchange.protocol import ModeAndMessages
+from distgnn.exchange.schedule import DelayedSchedule
+from distgnn.exchange.settled import SettledLayers
+from distgnn.train.partition_data import PartitionData
+from distgnn.train.timers import Timers
+
+
+class RootAggregation(ModeAndMessages):
+    """The :class:`~distgnn.exchange.protocol.Aggregation` of apply-at-root: h [n_roots, w] ->
+    [n_roots, w].
+
+    Training runs the algorithm's exchange on ``comm`` (``delay`` 0: cd-0, exact; r >= 1: cd-r);
+    evaluation the exact one on ``eval_comm``. ``stored_input_layers``: layers whose input is
+    the stored feature matrix (``h`` is then ``part.feat[:n_roots]``), aggregated from
+    ``part.feat`` without a broadcast; ``constant_layers`` (a subset): those whose input is also
+    constant in training. ``delayed_gradients`` (cd-r only): each exchange's gradient also
+    travels back, r steps late. ``fresh_copies`` (cd-r only): the broadcast is cd-0's (every
+    step, exact adjoint); only the reduce is delayed.
+    """
+
+    def __init__(self, part: PartitionData, norm: str, comm: Communicator, eval_comm: Communicator,
+                 timers: Timers, threads: int = 0,
+                 stored_input_layers: frozenset[int] = frozenset(), delay: int = 0,
+                 constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False,
+                 fresh_copies: bool = False):
+        check_norm(norm)
+        self.part, self.comm, self.eval_comm, self.timers = part, comm, eval_comm, timers
+        self.training = True
+        self.n_roots = self.rows = part.num_roots
+        #: the stored features as the kernel gathers them (bfloat16 after gather_features_as)
+        self._feat_rows = part.feat
+        self.delay = delay
+        self.fresh_copies = fresh_copies and delay > 0
+        self.stored_input_layers = frozenset(stored_input_layers)
+        self.settled = SettledLayers(frozenset(constant_layers) & self.stored_input_layers)
+        # every replica scales its partials by the global in-degree; the roots add the self term
+        out_degree = global_out_degree(part, comm) if norm == "sym" else None
+        self.kernel = LocalKernel(part, kernel_weights(norm, part.in_degree_global, out_degree,
+                                                       self.n_roots), threads, timers)
+        #: one rank holding every vertex as a root (P = 1): the exchange's copies are skipped
+        self.single = comm.size == 1 and part.num_local == self.n_roots
+        self.plans = root_plans(part, comm)
+        self.layers: dict[int, DelayedSumState] = {}
+        self.schedule = self.attention_rule = None
+        if delay > 0:
+            self.schedule = DelayedSchedule.build(
+                self.plans, part.local_to_global, delay, comm, timers, self.n_roots,
+                delayed_gradients and comm.size > 1)
+            self.attention_rule = DelayedAttention(part, self.plans, self.schedule, threads,
+                                                   self.fresh_copies)
+
+    # -- the Aggregation protocol ------------------------------------------------------------
+    def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        if h.shape[0] != self.n_roots:
+            raise ValueError(f"layer {layer}: expected the roots' {self.n_roots} rows, got {h.shape[0]}")
+        if self.training and self.delay > 0:
+            return self._delayed(layer, h)
+        comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
+        stored = layer in self.stored_input_layers
+        if self.single:  # every vertex is a root: no table to fill, no partial to reduce
+            return self.kernel(self._feat_rows if stored else h)
+        if stored:
+            src = self._feat_rows
+        else:
+            src = Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers, kind)
+        return Reduce.apply(self.kernel(src), self.n_roots, self.plans, comm, self.timers, kind)
+
+    def attention(self, layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
+                  dropout=None, inputs: tuple[torch.Tensor, torch.Tensor] | None = None
+                  ) -> torch.Tensor:
+        """GAT's attention at the roots, [n_roots, H, D]: exact (:func:`exact_attention`) under
+        cd-0 and in evaluation; cd-r in training as :class:`DelayedAttention`. ``inputs``: the
+        layer's (h [n_roots, I], W [H D, I]) with z = (h W^T).view(n, H, D), which lets cd-r use
+        the input form (:class:`AttentionValues`)."""
+        if self.training and self.delay > 0 and not self.single:
+            return self.attention_rule(layer, AttentionValues(z, inputs), el, er, dropout)
+        comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
+        return exact_attention(self.part, z, el, er, self.plans,
+                               broadcast_to(self.plans.reduce_leaf, self.plans.reduce_root),
+                               comm, self.timers, kind, dropout, self.kernel.threads)
+
+    def input_aggregate(self) -> torch.Tensor:
+        """The exact aggregate of the stored features at the roots, [n_roots, F] (for the input
+        cache): every replica has the features, so only the reduce runs, on ``eval_comm``."""
+        with torch.no_grad():
+            p = self.kernel(self.part.feat)
+            if self.single:
+                return p
+            return Reduce.apply(p, self.n_roots, self.plans, self.eval_comm, self.timers, "eval")
+
+    def gather_features_as(self, dtype: torch.dtype) -> None:
+        """Gather the stored features in ``dtype`` (bfloat16 under ``--precision bf16``)."""
+        if self.stored_input_layers:
+            self._feat_rows = self.part.feat.to(dtype)
+
+    def mailboxes(self) -> Iterable[Mailbox]:
+        yield from (state.mailbox for state in self.layers.values())
+        if self.attention_rule is not None:
+            yield from (state.mailbox for state in self.attention_rule.layers.values())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Step counters, kept rows and received payloads (waits for those in flight)."""
+        self.finish()
+        return {"sums": {layer: s.state_dict() for layer, s in self.layers.items()},
+                "attention": ({} if self.attention_rule is None
+                              else self.attention_rule.state_dict())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.settled.clear()
+        self.layers = {int(layer): DelayedSumState.from_state(s)
+                       for layer, s in state["sums"].items()}
+        if self.attention_rule is not None:
+            self.attention_rule.load_state_dict(state["attention"])
+
+    # -- cd-r ----------------------------------------------------------------------------------
+    def _delayed(self, layer: int, h: torch.Tensor) -> torch.Tensor:
+        """cd-r at the root at this layer's current training step (module docstring)."""
+        kept = self.settled.get(layer)
+        if kept is not None:
+            return kept
+        schedule, comm = self.schedule, self.comm
+        r, n_roots = schedule.delay, self.n_roots
+        stored, constant = layer in self.stored_input_layers, layer in self.settled.layers
+        state = self.layers.setdefault(layer, DelayedSumState())
+        delayed_copies = not stored and not self.fresh_copies
+        if state.remote is None:
+            state.remote = h.new_zeros((n_roots, h.shape[1]), dtype=torch.float32)
+            if delayed_copies:
+                state.table = h.new_zeros((self.part.num_local, h.shape[1]))  # h's row dtype
+        e, box = state.step, state.mailbox
+        bins = schedule.bin(e)
+        if comm.size > 1 and e >= r:
+            with self.timers("exchange_wait"):
+                if box.holds("partials", e - r):
+                    rows = box.take("partials", e - r)
+                    state.remote[bins.reduce_root.ids] = 0.0
+                    state.remote.index_add_(0, bins.reduce_root.ids, rows)
+                if delayed_copies:
+                    state.table[bins.bcast_leaf.ids] = box.take("copies", e - r)
+        if stored:
+            p = self.kernel(self._feat_rows)
+        elif self.fresh_copies:
+            p = self.kernel(Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers,
+                                            "forward"))
+        else:
+            p = TableSum.apply(h, self.kernel, schedule, state, e)
+        if comm.size > 1:
+            with self.timers("exchange_wait"):
+                if delayed_copies:
+                    schedule.post(box, "copies", e, h[bins.bcast_root.ids], bins.bcast_root,
+                                  bins.bcast_leaf, "broadcast")
+                if not constant or e < r:
+                    schedule.post(box, "partials", e, p[bins.reduce_leaf.ids], bins.reduce_leaf,
+                                  bins.reduce_root, "reduce")
+        state.step += 1
+        if schedule.delayed_gradients and p.requires_grad:
+            out = DelayedReduceGrad.apply(p, state.remote, schedule, state, e)
+        else:
+            out = p[:n_roots] + state.remote
+        self.settled.offer(layer, out, state.step >= 2 * r)
+        return out
