@@ -16,6 +16,18 @@ os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
 REPO = Path(__file__).resolve().parents[1]
 
 
+#: tests/fault_injection: a sitecustomize that patches the trainer in every process started with
+#: :func:`fault_env` (test-only faults, none of them in the production code)
+FAULTS = REPO / "tests" / "fault_injection"
+
+
+def fault_env(**variables: str) -> dict[str, str]:
+    """Environment for a ``distgnn train`` subprocess (and its ranks) with a test fault:
+    ``variables`` as tests/fault_injection/sitecustomize.py documents them."""
+    path = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, **variables}
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None,
             timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``python -m distgnn ARGS`` in a subprocess; returns the completed process (text)."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
 
-from conftest import partitioned_twin, mpiexec, run_cli
+from conftest import fault_env, mpiexec, partitioned_twin, run_cli
 
 
 def one_line(proc: subprocess.CompletedProcess, prefix: str = "distgnn") -> str:
@@ -210,3 +211,69 @@ def test_damaged_part_chunk_fails_train_in_one_line_naming_the_chunk(two_parts, 
     assert proc.returncode != 0 and len(ours) == 1, proc.stderr[-3000:]
     assert "part_1.zarr/feat, chunk 0" in ours[0] and "corrupted" in ours[0], ours[0]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def one_part(tmp_path_factory) -> tuple[Path, Path]:
+    return partitioned_twin(tmp_path_factory.mktemp("rel1"), 1)
+
+
+def test_requeue_before_the_first_checkpoint_writes_each_epoch_once(one_part, tmp_path: Path) -> None:
+    """A requeued job starts with --resume; with no checkpoint yet it starts at epoch 1 and must
+    not append its epochs to those the killed job wrote."""
+    run = tmp_path / "run"
+    common = ["train", one_part[1], "--epochs", "3", "--checkpoint-every", "10", "--eval-every", "0",
+              "--out", run, "--quiet", "--threads", "1"]
+    assert run_cli(*common).returncode == 0
+    proc = run_cli(*common, "--resume")
+    assert proc.returncode == 0, proc.stderr
+    epochs = [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2, 3]
+
+
+def test_checkpoint_of_another_partition_is_refused(one_part, tmp_path: Path) -> None:
+    """The same graph and P in another vertex order numbers the rows otherwise: a checkpoint's
+    per-row state must not be loaded into it."""
+    graph, dbg = one_part
+    plain = tmp_path / "plain"
+    assert run_cli("partition", graph, "--parts", "1", "--order", "none", "--out", plain,
+                   "--threads", "1", "--quiet").returncode == 0
+    run = tmp_path / "run"
+    common = ["--algo", "cd-0", "--epochs", "3", "--checkpoint-every", "1", "--eval-every", "0",
+              "--out", run, "--quiet", "--threads", "1"]
+    assert run_cli("train", dbg, *common).returncode == 0
+    line = one_line(run_cli("train", plain, *common, "--resume"))
+    assert "vertex_order='dbg'" in line and "'none'" in line and "--resume" in line
+
+
+def test_parts_of_another_assignment_are_refused(one_part, tmp_path: Path) -> None:
+    """assignment.zarr is read for the replication factor: it must be the one the parts were
+    built from."""
+    parts = copy_parts(one_part[1], tmp_path)
+    zarr.open_group(str(parts / "assignment.zarr"), mode="r+").attrs["checksum"] = "0" * 32
+    line = one_line(run_cli("train", parts, "--epochs", "1", "--out", tmp_path / "run",
+                            "--threads", "1"))
+    assert "is not the assignment the parts were built from" in line
+
+
+@pytest.mark.mpi
+def test_slow_final_write_is_not_taken_for_a_hang(two_parts, tmp_path: Path) -> None:
+    """Rank 0 writes summary.json and model.pt after the other ranks have stopped beating: a
+    write slower than --hang-timeout must not end a successful run."""
+    run = tmp_path / "run"
+    proc = mpiexec(2, "train", two_parts[1], "--epochs", "2", "--hang-timeout", "1", "--out", run,
+                   "--quiet", env=fault_env(DISTGNN_TEST_SLOW_OUTPUTS_S="4"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (run / "summary.json").exists() and (run / "model.pt").exists()
+
+
+@pytest.mark.mpi
+def test_a_rank_frozen_while_loading_is_caught(two_parts, tmp_path: Path) -> None:
+    """The watchdog runs from before the parts are loaded: a rank whose node freezes then is
+    named, and the job ends."""
+    start = time.monotonic()
+    proc = mpiexec(2, "train", two_parts[1], "--epochs", "2", "--hang-timeout", "3", "--out",
+                   tmp_path / "run", env=fault_env(DISTGNN_TEST_FREEZE_LOADING_RANK="1"), timeout=120)
+    assert proc.returncode != 0
+    assert time.monotonic() - start < 60
+    assert "rank 1 (loading its part)" in proc.stderr, proc.stderr[-2000:]

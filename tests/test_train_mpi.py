@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import mpiexec, run_cli
+from conftest import fault_env, mpiexec, run_cli
 from distgnn.data.fetch import fetch
 
 pytestmark = pytest.mark.mpi
@@ -224,7 +224,7 @@ def test_resume_after_a_failed_rank_continues_exactly(partitions, request, tmp_p
     train(folder, parts, whole, *common)
     broken = tmp_path / "broken"
     proc = train(folder, parts, broken, *common, check=False,
-                 env={"DISTGNN_TEST_FAIL_RANK": "1", "DISTGNN_TEST_FAIL_EPOCH": "12"})
+                 env=fault_env(DISTGNN_TEST_FAIL_RANK="1", DISTGNN_TEST_FAIL_EPOCH="12"))
     assert proc.returncode != 0
     assert "rank 1" in proc.stderr and "injected failure" in proc.stderr
     assert not (broken / "summary.json").exists()

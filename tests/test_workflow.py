@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, fault_env
 
 TINY = REPO / "tests" / "data" / "workflow_tiny.yaml"
 #: Options only the local test cluster needs (no accounting: poll with squeue, and soon).
@@ -288,7 +288,7 @@ def test_slurm_failing_rank_fails_the_workflow_quickly(slurm_workdir):
     assert first.returncode == 0
     start = time.monotonic()
     proc = snakemake("--profile", "cluster/slurm", *SLURM_TEST_OPTIONS, "--forcerun", "train",
-                     cwd=wd, env={"DISTGNN_TEST_FAIL_RANK": "1"}, timeout=120)
+                     cwd=wd, env=fault_env(DISTGNN_TEST_FAIL_RANK="1"), timeout=120)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
     assert elapsed < 60, f"took {elapsed:.0f} s"

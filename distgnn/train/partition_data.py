@@ -59,18 +59,24 @@ def part_path(partition_dir: str | os.PathLike, k: int) -> Path:
     return Path(partition_dir) / f"part_{k}.zarr"
 
 
-def read_num_parts(partition_dir: str | os.PathLike) -> int:
-    """P of a partition folder, from its assignment store's attributes."""
+def read_assignment_attrs(partition_dir: str | os.PathLike) -> dict[str, Any]:
+    """The attributes of a partition folder's ``assignment.zarr`` (P under ``P``)."""
     assignment = Path(partition_dir) / "assignment.zarr"
     if not assignment.exists():
         raise DistgnnError(f"{partition_dir}: not a partition folder (no assignment.zarr)")
     import zarr
 
     attrs = dict(zarr.open_group(str(assignment), mode="r").attrs)
-    for key in ("P", "num_parts"):
-        if key in attrs:
-            return int(attrs[key])
-    raise DistgnnError(f"{assignment}: no P attribute")
+    if "P" not in attrs and "num_parts" in attrs:
+        attrs["P"] = attrs["num_parts"]
+    if "P" not in attrs:
+        raise DistgnnError(f"{assignment}: no P attribute")
+    return attrs
+
+
+def read_num_parts(partition_dir: str | os.PathLike) -> int:
+    """P of a partition folder, from its assignment store's attributes."""
+    return int(read_assignment_attrs(partition_dir)["P"])
 
 
 #: the arrays every epoch sweeps (gathered rows and the CSR walked per aggregation)

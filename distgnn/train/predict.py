@@ -54,7 +54,8 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     ``layer`` = l, ``embeddings`` float32 [N, hidden] (layer l's output after its ReLU; GAT:
     [N, heads x hidden], the heads concatenated after the ELU; the input
     of layer l + 1; 0 <= l < layers - 1), rows in global id order. Returns the store's path."""
-    from distgnn.train.trainer import Trainer
+    from distgnn.train.context import check_ranks, open_rank
+    from distgnn.train.step import infer
 
     run_dir = Path(run_dir)
     comm = comm or Communicator()
@@ -70,29 +71,29 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     partdir = Path(partition_dir or summary["partition_dir"])
     if not partdir.exists():
         raise CollectiveError(f"{partdir}: partition folder of {run_dir} not found (pass --partdir)")
-    trainer = Trainer(partdir, config, run_dir=run_dir, comm=comm)
+    ctx = open_rank(partdir, config, comm, check_ranks(partdir, comm))
     state = torch.load(run_dir / "model.pt", weights_only=False)
-    trainer.model.load_state_dict(state["model"])
+    ctx.model.load_state_dict(state["model"])
     captured: dict[str, torch.Tensor] = {}
     hook = None
     if layer is not None:
         # the layer's output as the next layer sees it (GraphSAGE, GCN, GIN: after the ReLU; GAT:
         # heads concatenated, after the ELU)
-        shape = getattr(trainer.model, "hidden_output", lambda i, out: F.relu(out))
-        hook = trainer.model.layers[layer].register_forward_hook(
+        shape = getattr(ctx.model, "hidden_output", lambda i, out: F.relu(out))
+        hook = ctx.model.layers[layer].register_forward_hook(
             lambda module, inputs, output: captured.__setitem__("h", shape(layer, output).float()))
-    logits = trainer.infer()
+    logits = infer(ctx)
     if hook is not None:
         hook.remove()
-    gids = trainer.part.local_to_global[:trainer.rows].numpy()
+    gids = ctx.part.local_to_global[:ctx.rows].numpy()
     rows = {"logits": logits.numpy()}
     if layer is not None:
         rows["embeddings"] = captured["h"].numpy()
-    num_nodes = int(trainer.part.attrs["num_nodes"])
+    num_nodes = int(ctx.part.attrs["num_nodes"])
     target = Path(out) if out else run_dir / PREDICTIONS
     attrs = {"run": str(run_dir.resolve()), "algo": summary["algo"], "apply": summary.get("apply"),
              "model": summary.get("model", "sage"),
-             "num_nodes": num_nodes, "num_classes": trainer.num_classes, "layer": layer,
+             "num_nodes": num_nodes, "num_classes": ctx.num_classes, "layer": layer,
              "aggregation": "cd-0 (exact), no dropout", "rows": "global id order"}
     return write_rows_by_global_id(comm, target, rows, gids, num_nodes, attrs)
 

@@ -1,0 +1,163 @@
+"""One rank's context for a run: the checks, its part, the model, the aggregation and the
+precision. Training (:mod:`distgnn.train.trainer`) and prediction (:mod:`distgnn.train.predict`)
+open it the same way.
+
+Opening is two steps, so a trainer can start its hang watchdog between them: :func:`check_ranks`
+reads the partition folder's assignment (cheap, every rank) and refuses a wrong rank count;
+:func:`open_rank` checks memory, loads the part, checks that every part belongs to this assignment
+and graph, and builds the model and the aggregation (collective).
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from distgnn.comm import Communicator
+from distgnn.errors import CollectiveError, DistgnnError
+from distgnn.exchange import Aggregation, build_aggregation
+from distgnn.models import build_model
+from distgnn.train.algorithms import Algorithm, resolve_apply
+from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients
+from distgnn.train.partition_data import PartitionData, load_partition, read_assignment_attrs
+from distgnn.train.timers import Timers
+
+
+@dataclass
+class RankContext:
+    """What one rank holds for a run (module docstring)."""
+
+    config: TrainConfig
+    algorithm: Algorithm
+    comm: Communicator
+    eval_comm: Communicator      #: evaluation's own communicator (never mixed with cd-r traffic)
+    partition_dir: Path
+    assignment: dict[str, Any]   #: the attributes of ``assignment.zarr``
+    part: PartitionData
+    apply: str                   #: ``root`` or ``replicas``
+    model: torch.nn.Module
+    aggregation: Aggregation
+    timers: Timers
+    rows: int                    #: rows the dense work runs on (roots, or every local vertex)
+    x: torch.Tensor              #: float32 [rows, F]: the stored features of those rows
+    multilabel: bool
+    num_classes: int
+    #: float32 [rows, F]: layer 0's exact aggregate of the features (the input cache), or None
+    input_aggregate: torch.Tensor | None = None
+    input_cache_time_s: float = 0.0
+
+    @property
+    def replication_factor(self) -> float | None:
+        value = self.assignment.get("replication_factor")
+        return float(value) if value is not None else None
+
+
+def check_ranks(partition_dir: str | os.PathLike, comm: Communicator) -> dict[str, Any]:
+    """The assignment's attributes, refusing (on every rank alike) a rank count other than P."""
+    attrs = read_assignment_attrs(partition_dir)
+    num_parts = int(attrs["P"])
+    if comm.size != num_parts:
+        raise CollectiveError(f"{partition_dir} has {num_parts} parts but {comm.size} ranks were "
+                              f"started (run mpiexec -n {num_parts} or srun -n {num_parts})")
+    return attrs
+
+
+def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Communicator,
+              assignment: dict[str, Any], model: torch.nn.Module | None = None,
+              note: Callable[[str], None] = lambda text: None) -> RankContext:
+    """Load this rank's part and build everything a run needs (collective; ``assignment`` from
+    :func:`check_ranks`). ``model``: a user's module following :mod:`distgnn.models.base`
+    (rank 0's parameters are copied to every rank); default: ``config``'s built-in model.
+    ``note`` prints a warning line (rank 0)."""
+    algorithm = check_config(config)
+    partition_dir = Path(partition_dir)
+    if config.memory_check:
+        check_memory(partition_dir, config, comm)
+    part = load_partition(partition_dir, comm.rank, huge_pages=config.huge_pages)
+    check_consistency(partition_dir, part, assignment, comm)
+    apply = resolve_apply(config.apply, algorithm)
+    timers = Timers()
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    eval_comm = comm.dup()
+    torch.manual_seed(config.seed)
+    if model is None and config.model.startswith("custom:"):
+        raise DistgnnError(f"{config.model}: a user's model is trained from Python "
+                           f"(distgnn.train_model), not rebuilt from its name")
+    num_classes = int(part.attrs["num_classes"])
+    if model is None:
+        model = build_model(config.model, part.feat.shape[1], config.hidden, num_classes,
+                            config.layers, config.aggregator, config.dropout, config.heads)
+    elif comm.size > 1:  # the replicas start equal however the user's module was seeded
+        model.load_state_dict(comm.bcast(model.state_dict()))
+    aggregation = build_aggregation(
+        part, algorithm, apply, model.norm, comm, eval_comm, timers, config.threads,
+        bool(getattr(model, "aggregates_input_first", False)), config.input_cache,
+        resolve_delayed_gradients(config.delayed_gradients, algorithm, apply), config.fresh_copies)
+    if config.precision == "bf16":  # rows gathered and exchanged in bfloat16 (distgnn/precision.py)
+        comm.payload_dtype = torch.bfloat16
+        aggregation.gather_features_as(torch.bfloat16)
+    ctx = RankContext(config, algorithm, comm, eval_comm, partition_dir, assignment, part, apply,
+                      model, aggregation, timers, aggregation.rows, part.feat[:aggregation.rows],
+                      bool(part.attrs.get("multilabel", False)), num_classes)
+    if config.input_cache and getattr(model, "takes_input_aggregate", False):
+        # layer 0's input is constant: its exact aggregate is computed once; evaluation always
+        # uses it, training where the algorithm's own layer-0 aggregate equals it (cd-0, or one
+        # rank), so the training semantics of 0c and cd-r are unchanged
+        start = time.perf_counter()
+        ctx.input_aggregate = aggregation.input_aggregate()
+        timers.reset()
+        ctx.input_cache_time_s = comm.max(time.perf_counter() - start)
+    return ctx
+
+
+def check_memory(partition_dir: Path, config: TrainConfig, comm: Communicator) -> None:
+    """Refuse, before loading anything, a run whose ranks on some machine would need more
+    memory than it has available (per-rank estimate from the partition attributes)."""
+    from distgnn.train.memory_estimate import available_memory_bytes, estimate_rank_memory
+
+    c = config
+    mine = estimate_rank_memory(partition_dir, comm.rank, c.layers, c.hidden, c.algo,
+                                input_cache=c.input_cache and c.model != "gat", apply=c.apply,
+                                model=c.model if c.model in ("gcn", "gin", "gat") else "sage",
+                                heads=c.heads)
+    need, available = comm.node_sum_and_min(mine, available_memory_bytes())
+    ratio, need, available = comm.max((need / max(available, 1), need, available))
+    if available and ratio > 1.0:
+        raise CollectiveError(
+            f"the run would not fit in memory: the ranks on one machine need an estimated "
+            f"{need / 2**30:.2f} GiB but {available / 2**30:.2f} GiB are available (estimate from "
+            f"the partition attributes; use more machines, more parts or a smaller --hidden, or "
+            f"--skip-memory-check)")
+
+
+def check_consistency(partition_dir: Path, part: PartitionData, assignment: dict[str, Any],
+                      comm: Communicator) -> None:
+    """All parts come from this folder's assignment (whose checksum they carry), the same graph
+    store and P; the graph is unchanged since."""
+    attrs = part.attrs
+    mine = (attrs.get("graph_checksum"), attrs.get("assignment_checksum"), attrs.get("P"),
+            attrs.get("method"), attrs.get("seed"))
+    everyone = comm.comm.allgather(mine)
+    for k, theirs in enumerate(everyone):
+        if theirs != everyone[0]:
+            raise CollectiveError(f"{partition_dir}: part_{k}.zarr disagrees with part_0.zarr "
+                                  f"(graph checksum, assignment, P, method or seed): rebuild the folder")
+    if everyone[0][1] != assignment.get("checksum"):
+        raise CollectiveError(f"{partition_dir}: assignment.zarr (checksum "
+                              f"{assignment.get('checksum')}) is not the assignment the parts were "
+                              f"built from ({everyone[0][1]}): rebuild the parts (distgnn partition "
+                              f"build) or restore the assignment")
+    graph = attrs.get("graph")
+    if comm.rank == 0 and graph and Path(graph).exists():
+        import zarr
+
+        now = dict(zarr.open_group(str(graph), mode="r").attrs).get("checksum")
+        if now != attrs.get("graph_checksum"):
+            raise DistgnnError(f"{graph}: graph store changed since {partition_dir} was "
+                               f"built (checksum {now} != {attrs.get('graph_checksum')}): "
+                               f"repartition it")
