@@ -7,13 +7,13 @@ writes ``manifest.json`` last: only a folder with a manifest counts. The two new
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from distgnn import atomic
 from distgnn.errors import DistgnnError
 
 KEEP = 2
@@ -24,15 +24,14 @@ def checkpoint_dir(run_dir: Path, epoch: int) -> Path:
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """``torch.save(obj, path)`` under a temporary name, fsynced and renamed
+    (:func:`distgnn.atomic.write_file`)."""
+    atomic.write_file(path, lambda tmp: torch.save(obj, tmp))
 
 
 def atomic_write_text(text: str, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """``path.write_text(text)`` under a temporary name, fsynced and renamed."""
+    atomic.write_file(path, lambda tmp: tmp.write_text(text))
 
 
 def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
