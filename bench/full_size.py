@@ -10,9 +10,13 @@ at P = 2, 0c 3 epochs at P = 2, and cd-0 1 epoch at P = 4 (memory scaling); then
 the largest of ``--products-scales`` (times ``--scale``) whose P = 1 memory estimate fits, cd-0 3
 epochs at P = 1 and 2. Before each run it prints every rank's memory estimate
 (:func:`distgnn.train.memory_estimate.estimate_run_memory`, the launcher's function) and skips,
-saying why, a run whose ranks together would not fit in the available memory. Prints each stage's
-wall time, measured peak memory per rank against the estimate (target: within 1.3x) and bytes per
-epoch by kind; writes all figures to ``--json`` and the tables to ``--markdown``.
+saying why, a run whose ranks together would not fit in the available memory. The estimate's
+fixed part is measured on this machine first: the interpreter's imports
+(:func:`~distgnn.train.memory_estimate.measure_baseline`) and what a rank holds beyond them (its
+``runtime``, fitted to one epoch on a twin at ``CALIBRATION_SCALE``: :meth:`Bench.calibrate`).
+Prints each stage's wall time, measured peak memory per rank against the estimate (target: within
+``MEMORY_TOLERANCE``) and bytes per epoch by kind; writes all figures to ``--json`` and the tables
+to ``--markdown``.
 
 ``--scale 0.01 --max-epochs 2`` is the smoke version run in CI (tests/test_scale_smoke.py).
 Exit status: 0 when every run that was not skipped finished; 1 otherwise.
@@ -32,6 +36,11 @@ from pathlib import Path
 from typing import Any
 
 HIDDEN, LAYERS = 256, 3
+#: measured peak memory per rank within this factor of the estimate, either way (the target)
+MEMORY_TOLERANCE = 1.3
+#: the twin whose run measures what a rank holds beyond its imports on this machine: synth-reddit
+#: at this scale has a few hundred vertices, so its graph-sized memory is a few MiB
+CALIBRATION_SCALE = 1e-3
 #: (algo, P, epochs): the training runs on synth-reddit.
 REDDIT_RUNS = (("cd-0", 1, 3), ("cd-0", 2, 3), ("cd-5", 2, 12), ("0c", 2, 3), ("cd-0", 4, 1))
 PRODUCTS_RUNS = (("cd-0", 1, 3), ("cd-0", 2, 3))
@@ -79,9 +88,11 @@ class Bench:
         self.partitions: list[dict[str, Any]] = []
         self.runs: list[dict[str, Any]] = []
         self.memory_scaling: list[dict[str, Any]] = []
-        from distgnn.train.memory_estimate import measure_baseline
+        from distgnn.train.memory_estimate import RUNTIME_OVERHEAD_BYTES, measure_baseline
 
         self.baseline = measure_baseline()
+        self.runtime = RUNTIME_OVERHEAD_BYTES  # until calibrate() measures it here
+        self.calibration: dict[str, Any] | None = None
         print(f"interpreter baseline (measured): {mib(self.baseline)} MiB; work folder {self.work}")
         # Figures of finished stages, kept in the work folder so that a rerun after an
         # interruption reuses the outputs *and* reports their measured times.
@@ -156,7 +167,39 @@ class Bench:
     def estimate(self, partdir: Path, algo: str) -> list:
         from distgnn.train.memory_estimate import estimate_run_memory
 
-        return estimate_run_memory(partdir, LAYERS, HIDDEN, algo, self.baseline)
+        return estimate_run_memory(partdir, LAYERS, HIDDEN, algo, self.baseline, runtime=self.runtime)
+
+    def train_command(self, partdir: Path, algo: str, parts: int, epochs: int, threads: int,
+                      run_dir: Path) -> list:
+        return ["mpiexec", "--oversubscribe", "-n", parts, self.python, "-m", "distgnn", "train",
+                partdir, "--algo", algo, "--epochs", epochs, "--layers", LAYERS, "--hidden", HIDDEN,
+                "--threads", threads, "--eval-every", 0, "--out", run_dir, "--quiet"]
+
+    def calibrate(self) -> None:
+        """Measure the estimate's ``runtime`` on this machine: cd-0 for one epoch at P = 1 on a
+        synth-reddit twin at ``CALIBRATION_SCALE`` (graph-sized memory of a few MiB), its peak
+        memory less the measured baseline and the (small) estimated rest
+        (:func:`~distgnn.train.memory_estimate.fit_runtime`)."""
+        from distgnn.data.fetch import store_path
+        from distgnn.train.memory_estimate import fit_runtime
+
+        work = self.work / "calibration"
+        graph = store_path(work / "data", "synth-reddit", CALIBRATION_SCALE, 0, None)
+        partdir, run_dir = work / "libra-1", work / "run"
+        start = time.perf_counter()
+        run_measured([self.python, "-m", "distgnn", "fetch", "synth-reddit", "--scale", CALIBRATION_SCALE,
+                      "--root", work / "data", "--quiet", "--force"], self.work / "calibration-fetch.log")
+        run_measured([self.python, "-m", "distgnn", "partition", graph, "--parts", 1, "--method", "libra",
+                      "--out", partdir, "--force", "--quiet"], self.work / "calibration-partition.log")
+        run_measured(self.train_command(partdir, "cd-0", 1, 1, self.cores, run_dir),
+                     self.work / "calibration-train.log", {"OMP_NUM_THREADS": str(self.cores)})
+        peak = json.loads((run_dir / "summary.json").read_text())["peak_rss_bytes"]
+        self.runtime = fit_runtime(peak, self.estimate(partdir, "cd-0")[0])
+        self.calibration = {"peak_rss_bytes": peak,
+                            "estimate": self.estimate(partdir, "cd-0")[0].as_dict()}  # fitted: = peak
+        self.stage(f"calibrate: train synth-reddit --scale {CALIBRATION_SCALE:g} cd-0 P=1 (1 epoch)",
+                   time.perf_counter() - start, peak_mib=round(peak / 2**20),
+                   runtime_mib=round(self.runtime / 2**20))
 
     def train(self, store: str, partdir: Path, algo: str, parts: int, epochs: int) -> None:
         from distgnn.train.memory_estimate import available_memory_bytes, fits
@@ -182,9 +225,7 @@ class Bench:
             self.runs.append(record["extra"]["row"])
             self.stage(name, None)
             return
-        cmd = ["mpiexec", "--oversubscribe", "-n", parts, self.python, "-m", "distgnn", "train", partdir,
-               "--algo", algo, "--epochs", epochs, "--layers", LAYERS, "--hidden", HIDDEN,
-               "--threads", threads, "--eval-every", 0, "--out", run_dir, "--quiet"]
+        cmd = self.train_command(partdir, algo, parts, epochs, threads, run_dir)
         wall, _ = run_measured(cmd, self.work / f"train-{store}-{algo}-P{parts}.log",
                                {"OMP_NUM_THREADS": str(threads)})
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -204,6 +245,7 @@ class Bench:
         args = self.args
         t0 = time.perf_counter()
         graph = self.fetch("synth-reddit", args.scale)
+        self.calibrate()
         store = graph.parent.name
         parts_dirs: dict[tuple[str, int], Path] = {}
         methods = args.methods
@@ -247,7 +289,8 @@ class Bench:
             n, m, f, c = twin_shape("synth-products", scale)
             shape = PartShape(n=n, m=m, feat_dim=f, num_classes=c, multilabel=False, num_parts=1,
                               num_leaves=0, num_split=0)
-            need = estimate_shape(shape, LAYERS, HIDDEN, "cd-0", 0, self.baseline).total
+            need = estimate_shape(shape, LAYERS, HIDDEN, "cd-0", 0, self.baseline,
+                                  runtime=self.runtime).total
             avail = available_memory_bytes()
             print(f"synth-products --scale {scale:g}: {n:,} vertices, {m:,} edges; P=1 estimate "
                   f"{mib(need)} MiB vs {mib(avail)} MiB available", flush=True)
@@ -375,7 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         bench.plot(Path(args.plot))
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "scale": args.scale, "baseline_bytes": bench.baseline, "stages": bench.stages,
+            "scale": args.scale, "baseline_bytes": bench.baseline, "runtime_bytes": bench.runtime,
+            "calibration": bench.calibration,
+            "stages": bench.stages,
             "partitions": bench.partitions, "runs": bench.runs, "memory_scaling": bench.memory_scaling,
             "products_scale": getattr(bench, "products_scale", None),
             "products_scale_p1_and_p2": getattr(bench, "products_scale_all", None), "total_s": getattr(bench, "total_s", None)},

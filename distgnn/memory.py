@@ -27,6 +27,7 @@ HUGE_PAGE_BYTES = 2 << 20
 #: below this, a buffer stays on ordinary pages (a huge page would be mostly empty)
 HUGE_PAGE_MIN_BYTES = 4 << 20
 _THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+_SMAPS_ROLLUP = "/proc/self/smaps_rollup"
 
 
 def thp_mode() -> str:
@@ -83,7 +84,7 @@ def huge_page_copy(array: "np.ndarray") -> "np.ndarray":
 def huge_page_bytes() -> int | None:
     """Bytes of this process's anonymous memory on huge pages now (AnonHugePages of
     /proc/self/smaps_rollup), or None where the kernel does not say."""
-    return proc_kib_field("/proc/self/smaps_rollup", "AnonHugePages")
+    return proc_kib_field(_SMAPS_ROLLUP, "AnonHugePages")
 
 
 def proc_kib_field(path: str, field: str) -> int | None:

@@ -3,7 +3,7 @@
 Every array carries a crc32c checksum codec and is written with ``write_empty_chunks=True``, so
 each chunk exists on disk and :func:`open_checked` can refuse a store with a missing chunk (zarr
 would otherwise return the fill value silently). Stores are written under a temporary name beside
-the target and renamed into place only when complete (:class:`AtomicGroup`).
+the target and renamed into place only when complete (:class:`AtomicGroup`, :mod:`distgnn.atomic`).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import numpy as np
 import zarr
 import zarr.codecs
 
+from distgnn import atomic
 from distgnn.errors import DistgnnError
 
 # Snakemake marks a finished directory output with a `.snakemake_timestamp` file inside it; every
@@ -96,7 +97,10 @@ class AtomicGroup:
     """A zarr group written under a temporary sibling name and renamed to ``path`` on commit.
 
     Use as a context manager: an exception (or a missing :meth:`commit`) removes the temporary
-    folder, so nothing partial ever sits at ``path``.
+    folder, so nothing partial ever sits at ``path``. Opening one first removes the temporaries of
+    ``path`` that killed processes of this host left (:func:`distgnn.atomic.remove_orphans`);
+    :meth:`commit` replaces an old store without a moment when ``path`` is missing
+    (:func:`distgnn.atomic.commit_dir`).
     """
 
     def __init__(self, path: str | os.PathLike, overwrite: bool = False):
@@ -109,18 +113,16 @@ class AtomicGroup:
             raise DistgnnError(f"cannot create output folder {self.path.parent}: {exc.strerror}") from exc
         if not os.access(self.path.parent, os.W_OK):
             raise DistgnnError(f"output folder {self.path.parent} is not writable")
-        self.tmp = self.path.parent / f".{self.path.name}.tmp-{os.getpid()}"
-        if self.tmp.exists():
-            shutil.rmtree(self.tmp)
+        atomic.remove_orphans(self.path)
+        self.tmp = atomic.temp_path(self.path)
         self.group = zarr.open_group(str(self.tmp), mode="w")
         self.committed = False
 
     def commit(self, attrs: dict[str, Any]) -> Path:
-        """Write the attributes last, then move the finished group into place."""
+        """Write the attributes last, then move the finished group into place (fsynced, replacing
+        any old store in one step)."""
         self.group.update_attributes(attrs)
-        if self.path.exists():
-            shutil.rmtree(self.path)
-        os.replace(self.tmp, self.path)
+        atomic.commit_dir(self.tmp, self.path)
         self.committed = True
         return self.path
 

@@ -170,6 +170,11 @@ ATTENTION_FORMS = ("gat", "gat-inputs")
 GRADIENT_KINDS = ("root-grad", "root-gat-grad", "root-gat-inputs-grad")
 
 
+#: steps of the cd-0 runs (exact at every step)
+EXACT_STEPS = 3
+PARTS = len(graph.VERTICES)
+
+
 def steps_for(r: int) -> int:
     return 4 * r + 2
 
@@ -177,7 +182,7 @@ def steps_for(r: int) -> int:
 @pytest.fixture(scope="module")
 def computed() -> dict:
     """What the ranks computed, for every algorithm, in one mpiexec run."""
-    specs = (["cd-0:3", "cd-0@root:3"]
+    specs = ([f"cd-0:{EXACT_STEPS}", f"cd-0@root:{EXACT_STEPS}"]
              + [f"cd-{r}{suffix}:{steps_for(r)}" for r in (1, 2, 3) for suffix in ("", "-orig")]
              + [f"cd-{r}@root:{steps_for(r)}" for r in (1, 2, 3)]
              + [f"cd-{r}@root-fresh:{steps_for(r)}" for r in (1, 3)]
@@ -198,20 +203,29 @@ def test_schedule_matches_the_rule(computed: dict, r: int, original: bool) -> No
     algo = f"cd-{r}" + ("-orig" if original else "")
     got = computed[algo]
     want = expected(r, original, steps)
+    assert len(got) == PARTS and all(len(steps_of_k) == steps for steps_of_k in got)
     for k in range(3):
         for e in range(steps):
+            assert set(got[k][e]) == {str(v) for v in want[k][e]}, f"{algo}: part {k} at step {e}"
             for v, value in want[k][e].items():
                 np.testing.assert_allclose(got[k][e][str(v)], value, rtol=1e-5, atol=1e-6,
                                            err_msg=f"{algo}: vertex {v} on part {k} at step {e}")
 
 
+def split_vertices_on(k: int) -> set[str]:
+    """The split vertices part k holds (a root or a leaf of each): the rows the replicas mode reports."""
+    return {str(v) for v in graph.ROOT if v in graph.VERTICES[k]}
+
+
 def test_cd0_is_exact_every_step(computed: dict) -> None:
     got = computed["cd-0"]
-    for k in range(3):
-        for e in range(3):
+    assert len(got) == PARTS and all(len(steps) == EXACT_STEPS for steps in got)
+    for k in range(PARTS):
+        for e in range(EXACT_STEPS):
+            assert set(got[k][e]) == split_vertices_on(k), f"cd-0: part {k} at step {e}"
             for v, value in got[k][e].items():
                 v = int(v)
-                total = sum(partial(p, v, e) for p in range(3))
+                total = sum(partial(p, v, e) for p in range(PARTS))
                 np.testing.assert_allclose(value, total / graph.GLOBAL_IN_DEGREE[v], rtol=1e-5)
 
 

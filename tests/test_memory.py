@@ -20,7 +20,7 @@ def test_huge_page_array_is_aligned_usable_and_falls_back_when_small() -> None:
     assert np.array_equal(copy, big.reshape(1000, 3000)) and copy.ctypes.data != big.ctypes.data
 
 
-def test_thp_mode_and_huge_page_bytes(tmp_path, monkeypatch) -> None:
+def test_thp_mode(tmp_path, monkeypatch) -> None:
     assert memory.thp_mode() in ("always", "madvise", "never", "unavailable")
     fake = tmp_path / "enabled"
     fake.write_text("always madvise [never]\n")
@@ -29,8 +29,21 @@ def test_thp_mode_and_huge_page_bytes(tmp_path, monkeypatch) -> None:
     assert memory.huge_page_array((2_000_000,), np.float64).base is None  # refused: np.empty
     monkeypatch.setattr(memory, "_THP_ENABLED", str(tmp_path / "missing"))
     assert memory.thp_mode() == "unavailable"
-    got = memory.huge_page_bytes()
-    assert got is None or got >= 0
+
+
+def test_huge_page_bytes_reads_anon_huge_pages_in_bytes(tmp_path, monkeypatch) -> None:
+    """AnonHugePages of smaps_rollup, counted in kB there, in bytes here; None without the line or
+    the file."""
+    huge_kib, rss_kib = 6144, 2 * 6144 + 4  # distinct, so a wrong field shows
+    fake = tmp_path / "smaps_rollup"
+    fake.write_text(f"Rss:           {rss_kib} kB\nAnonHugePages: {huge_kib} kB\n"
+                    f"ShmemPmdMapped: 0 kB\n")
+    monkeypatch.setattr(memory, "_SMAPS_ROLLUP", str(fake))
+    assert memory.huge_page_bytes() == huge_kib * 1024
+    fake.write_text(f"Rss:           {rss_kib} kB\n")
+    assert memory.huge_page_bytes() is None
+    monkeypatch.setattr(memory, "_SMAPS_ROLLUP", str(tmp_path / "missing"))
+    assert memory.huge_page_bytes() is None
 
 
 @pytest.mark.skipif(memory.thp_mode() not in ("madvise", "always"), reason="THP off on this host")

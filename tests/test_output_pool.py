@@ -7,13 +7,25 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import torch
 
 from distgnn import ops
 from distgnn.ops_reference import aggregate as aggregate_reference
-from distgnn.output_pool import POOL, OutputPool
+from distgnn.output_pool import POOL, OutputPool, reuse_outputs
 
 MB = 1 << 20
+
+
+@pytest.fixture
+def pool_on():
+    """The kernels' pool turned on (whatever DISTGNN_REUSE_OUTPUTS or an earlier test said) and
+    emptied, so a freed output is handed out again; its setting restored afterwards."""
+    was = POOL.enabled
+    POOL.release()
+    reuse_outputs(True)
+    yield POOL
+    reuse_outputs(was)
 
 
 def test_a_freed_output_is_handed_out_again() -> None:
@@ -67,7 +79,7 @@ def test_disabled_pool_allocates_afresh() -> None:
     assert pool.held_bytes() == 0
 
 
-def test_aggregate_writes_every_row_of_a_reused_output() -> None:
+def test_aggregate_writes_every_row_of_a_reused_output(pool_on: OutputPool) -> None:
     """Rows without in-edges are zeroed too, so a reused block's old contents never leak."""
     rng = np.random.default_rng(0)
     n, F = 6000, 300                                    # 7.2 MB outputs: pooled
@@ -75,22 +87,21 @@ def test_aggregate_writes_every_row_of_a_reused_output() -> None:
     degree[::7] = 0
     indptr = torch.from_numpy(np.concatenate([[0], np.cumsum(degree)]).astype(np.int64))
     indices = torch.from_numpy(rng.integers(0, n, int(degree.sum())).astype(np.int64))
-    held = POOL.held_bytes()
+    held = pool_on.held_bytes()
     for norm in ("sum", "mean", "gcn"):
         x = torch.randn(n, F, requires_grad=True)
         first = ops.aggregate(indptr, indices, torch.full((n, F), float("nan")), norm)
         ptr = first.data_ptr()
         del first
         y = ops.aggregate(indptr, indices, x, norm)
-        if POOL.enabled:
-            assert y.data_ptr() == ptr
+        assert y.data_ptr() == ptr  # the NaN-filled block, reused
         torch.testing.assert_close(y, aggregate_reference(indptr, indices, x.detach(), norm))
         g = torch.randn(n, F)
         y.backward(g)
         x_ref = x.detach().clone().requires_grad_(True)
         aggregate_reference(indptr, indices, x_ref, norm).backward(g)
         torch.testing.assert_close(x.grad, x_ref.grad)
-    assert POOL.held_bytes() >= held
+    assert pool_on.held_bytes() > held
 
 
 def test_reuse_is_off_under_the_environment_variable() -> None:
@@ -100,7 +111,7 @@ def test_reuse_is_off_under_the_environment_variable() -> None:
     assert out.strip() == "False"
 
 
-def test_attention_and_dropout_write_every_row_of_a_reused_output() -> None:
+def test_attention_and_dropout_write_every_row_of_a_reused_output(pool_on: OutputPool) -> None:
     """The other kernels drawing from the pool (attention's q and its gradient in z, dropout
     forward and backward) leave nothing of a reused block's old contents either."""
     from distgnn.attention import local_attention
@@ -117,9 +128,11 @@ def test_attention_and_dropout_write_every_row_of_a_reused_output() -> None:
     stale = torch.full((n, H, D), float("nan"), requires_grad=True)
     _, _, q = local_attention(indptr, indices, stale, el, er, n_self=n // 2)
     q.backward(torch.full((n, H, D), float("nan")))    # q's block and stale.grad's hold NaN
+    stale_blocks = {q.data_ptr(), stale.grad.data_ptr()}
     del q, stale
     z = torch.randn(n, H, D, requires_grad=True)
     _, s, q = local_attention(indptr, indices, z, el, er, n_self=n // 2)
+    assert q.data_ptr() in stale_blocks  # a NaN-filled block, reused
     z_ref = z.detach().clone().requires_grad_(True)
     _, s_ref, q_ref = attention_reference(indptr, indices, z_ref, el, er, n_self=n // 2)
     torch.testing.assert_close(q, q_ref)
@@ -131,9 +144,12 @@ def test_attention_and_dropout_write_every_row_of_a_reused_output() -> None:
     gids = torch.arange(n)
     x = torch.randn(n, 400, requires_grad=True)
     stale = torch.full((n, 400), float("nan"), requires_grad=True)
-    ops.dropout(stale, 0.3, 7, 1, 0, gids).backward(torch.full((n, 400), float("nan")))
-    del stale
+    dropped = ops.dropout(stale, 0.3, 7, 1, 0, gids)
+    dropped.backward(torch.full((n, 400), float("nan")))
+    stale_blocks = {dropped.data_ptr(), stale.grad.data_ptr()}
+    del stale, dropped
     y = ops.dropout(x, 0.3, 7, 1, 0, gids)
+    assert y.data_ptr() in stale_blocks
     torch.testing.assert_close(y, dropout_reference(x.detach(), 0.3, 7, 1, 0, gids))
     y.backward(torch.ones_like(y))
     torch.testing.assert_close(x.grad, dropout_reference(torch.ones(n, 400), 0.3, 7, 1, 0, gids))

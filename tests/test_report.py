@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import zlib
 from pathlib import Path
@@ -118,10 +119,10 @@ def test_report_tables_and_plots(runs, tmp_path):
         width, height = png_size(out / name)
         assert width > 200 and height > 200, name
     assert not [p for p in out.iterdir() if p.name.startswith(".")], "temporary files left behind"
-    from distgnn.report.make import current_umask
-
+    umask = os.umask(0)
+    os.umask(umask)
     modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
-    assert set(modes.values()) == {0o666 & ~current_umask()}, modes  # the umask decides, not mkstemp
+    assert set(modes.values()) == {0o666 & ~umask}, modes  # the umask decides
 
 
 def test_report_reads_provenance_not_paths(tmp_path):

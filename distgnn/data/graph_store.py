@@ -18,7 +18,6 @@ seed, checksum (content hash of every array), format_version.
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 import zarr
 
-from distgnn import _native
+from distgnn import _native, atomic
 from distgnn.data.catalog import DEFAULT_CHUNK_BUDGET  # noqa: F401 (re-exported)
 from distgnn.data.source import GraphSource
 from distgnn.errors import DistgnnError
@@ -221,8 +220,8 @@ def write_graph_store(source: GraphSource, path: str | os.PathLike, *, overwrite
     validate_vertex_data(source)
     path = Path(path)
     with AtomicGroup(path, overwrite=overwrite) as store:
-        with tempfile.TemporaryDirectory(dir=store.tmp.parent, prefix=".edges-") as work:
-            indptr, indices = build_csr(source, Path(work), budget, threads)
+        with atomic.scratch_dir(path, "edges") as work:  # an orphan is removed by the next fetch
+            indptr, indices = build_csr(source, work, budget, threads)
         n, f = source.num_nodes, source.feat_dim
         digests = {}
         for name, data in (("indptr", indptr), ("indices", indices)):

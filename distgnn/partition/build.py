@@ -216,7 +216,7 @@ class PartWriter:
                                     for a, b in runs]
                     else:
                         scattered = ScatteredRows(RowWriter(array, executor, lo, hi, shared),
-                                                  block, inp.folder)
+                                                  block, self.target.path)
                         targets.append((scattered.gids, scattered))
         except BaseException:
             self.abort()

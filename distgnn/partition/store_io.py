@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from concurrent.futures import Executor, Future
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import numpy as np
 import zarr
 import zarr.codecs
 
-from distgnn import _native
+from distgnn import _native, atomic
 from distgnn.errors import DistgnnError
 from distgnn.zarr_io import ChecksummedWriter, create_array, read, read_chunked, rows_per_chunk
 
@@ -202,12 +201,14 @@ class RowWriter:
 class ScatteredRows:
     """Feeds a :class:`RowWriter` whose block is not in ascending global id (a part in a vertex
     order): :meth:`take` accepts the block's rows in ascending global id (as
-    :func:`gather_rows_multi` hands them out) and puts each at its place in a scratch file in
-    ``scratch_dir`` (memory-mapped, so resident memory stays small: the pages are the OS's to
-    write back); :meth:`finish` streams the file, in the block's order, through the writer and
-    removes it. ``gids``: the block's global ids in its own (local) order."""
+    :func:`gather_rows_multi` hands them out) and puts each at its place in a scratch file beside
+    ``beside``, the store being built, named as its temporary (memory-mapped, so resident memory
+    stays small: the pages are the OS's to write back; after a kill the next build of that store
+    removes it, :func:`distgnn.atomic.remove_orphans`); :meth:`finish` streams the file, in the
+    block's order, through the writer and removes it. ``gids``: the block's global ids in its own
+    (local) order."""
 
-    def __init__(self, writer: RowWriter, gids: np.ndarray, scratch_dir: str | os.PathLike):
+    def __init__(self, writer: RowWriter, gids: np.ndarray, beside: str | os.PathLike):
         self.writer = writer
         self.place = np.argsort(gids, kind="stable")  # block position of the i-th smallest id
         self.gids = gids[self.place]
@@ -217,10 +218,7 @@ class ScatteredRows:
         if len(gids) == 0:
             self.rows = np.empty(shape, dtype=writer.array.dtype)
             return
-        fd, name = tempfile.mkstemp(prefix=f".{writer.array.basename}-rows-", suffix=".tmp",
-                                    dir=scratch_dir)
-        os.close(fd)
-        self.path = Path(name)
+        self.path = atomic.temp_path(beside, f"{writer.array.basename}-rows")
         self.rows = np.memmap(self.path, dtype=writer.array.dtype, mode="w+", shape=shape)
 
     def take(self, block: np.ndarray, rows: np.ndarray) -> None:

@@ -10,13 +10,13 @@ checksum, the vertex order); resuming refuses any difference in one line
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from distgnn import atomic
 from distgnn.errors import DistgnnError
 
 if TYPE_CHECKING:
@@ -32,15 +32,14 @@ def checkpoint_dir(run_dir: Path, epoch: int) -> Path:
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    """``torch.save(obj, path)`` under a temporary name, fsynced and renamed
+    (:func:`distgnn.atomic.write_file`)."""
+    atomic.write_file(path, lambda tmp: torch.save(obj, tmp))
 
 
 def atomic_write_text(text: str, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """``path.write_text(text)`` under a temporary name, fsynced and renamed."""
+    atomic.write_file(path, lambda tmp: tmp.write_text(text))
 
 
 def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:

@@ -5,6 +5,10 @@ starting ``distgnn train`` (it reads only attributes: no array is loaded). Compo
 
 * ``baseline``: the interpreter with torch, mpi4py, zarr and the native module imported (measured:
   :func:`measure_baseline`; the default was measured on the development machine);
+* ``runtime``: what a rank holds beyond its imports before any graph-sized tensor (thread pools,
+  lazily loaded kernels, MPI's segments; the default :data:`RUNTIME_OVERHEAD_BYTES` was fitted on
+  the development machine; :func:`fit_runtime` measures it from a run on a graph too small to
+  matter, where the other components are near zero);
 * ``features``: feat float32 [n_k, F], labels, masks, and (``input_cache``) layer 0's aggregate
   of feat, float32 [n_k, F], and for 0c and cd-r at P > 1 with layer 0 aggregating first their
   own kept layer-0 aggregate, one more [n_k, F];
@@ -67,11 +71,16 @@ class MemoryEstimate:
     activations: int
     exchange: int
     optimizer: int
+    runtime: int = RUNTIME_OVERHEAD_BYTES
+
+    @property
+    def body(self) -> int:
+        """The graph- and model-sized components (bytes, before :data:`SLACK`)."""
+        return self.features + self.graph + self.activations + self.exchange + self.optimizer
 
     @property
     def total(self) -> int:
-        body = self.features + self.graph + self.activations + self.exchange + self.optimizer
-        return int(self.baseline + RUNTIME_OVERHEAD_BYTES + SLACK * body)
+        return int(self.baseline + self.runtime + SLACK * self.body)
 
     def as_dict(self) -> dict[str, int]:
         return {**asdict(self), "total": self.total}
@@ -133,8 +142,10 @@ def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int,
 
 def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int = 0,
                    baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
-                   apply: str = "auto", model: str = "sage", heads: int = 8) -> MemoryEstimate:
-    """The estimate for a part given by its figures (pure arithmetic; see the module docstring)."""
+                   apply: str = "auto", model: str = "sage", heads: int = 8,
+                   runtime: int = RUNTIME_OVERHEAD_BYTES) -> MemoryEstimate:
+    """The estimate for a part given by its figures (pure arithmetic; see the module docstring;
+    ``baseline`` and ``runtime`` in bytes)."""
     from distgnn.train.algorithms import parse_algorithm, resolve_apply
 
     f32, i64, i32 = 4, 8, 4
@@ -167,7 +178,7 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
     params = num_parameters(shape.feat_dim, hidden, shape.num_classes, layers, model, heads)
     optimizer = 5 * params * f32
     return MemoryEstimate(k, int(baseline), int(features), int(graph), int(activations),
-                          int(exchange), int(optimizer))
+                          int(exchange), int(optimizer), int(runtime))
 
 
 def read_part_shape(partdir: str | os.PathLike, k: int) -> PartShape:
@@ -201,15 +212,24 @@ def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden
 def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int, algo: str,
                         baseline: int = DEFAULT_BASELINE_BYTES,
                         input_cache: bool = True, apply: str = "auto",
-                        model: str = "sage", heads: int = 8) -> list[MemoryEstimate]:
+                        model: str = "sage", heads: int = 8,
+                        runtime: int = RUNTIME_OVERHEAD_BYTES) -> list[MemoryEstimate]:
     """The estimate of every rank of a run (one per part); ``max(e.total for e in ...)`` is the
-    figure to compare with the memory per rank."""
+    figure to compare with the memory per rank (bytes)."""
     from distgnn.train.partition_data import read_num_parts
 
     num_parts = read_num_parts(partdir)
     return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                           input_cache, apply, model, heads)
+                           input_cache, apply, model, heads, runtime)
             for k in range(num_parts)]
+
+
+def fit_runtime(measured_peak: int, estimate: MemoryEstimate) -> int:
+    """The ``runtime`` (bytes) that makes ``estimate``'s total equal a measured peak RSS
+    (``measured_peak``, bytes) of the run it estimates: on a graph too small to matter, what a rank
+    holds beyond its imports on this machine (may be negative where the imports' measured
+    baseline already holds it)."""
+    return int(measured_peak - estimate.baseline - SLACK * estimate.body)
 
 
 def measure_baseline() -> int:

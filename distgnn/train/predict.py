@@ -6,13 +6,13 @@ computed once. The rows are written in global id order: each chunk of the output
 rank (chunk c belongs to rank c mod P); rows travel to their chunk's owner in rounds of P chunks
 (memory per rank: about P chunks), and each owner writes whole chunks, so no two ranks ever write
 one chunk. The store is written under a temporary name and renamed by rank 0 when every rank is
-done (docs/design.md, section 6, "Evaluation, metrics, summary").
+done (docs/design.md, section 6, "Evaluation, metrics, summary"); an old store stays in place
+until the new one replaces it (:func:`distgnn.atomic.commit_dir`).
 """
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 import zarr
 
+from distgnn import atomic
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.train.config import TrainConfig
@@ -105,9 +106,9 @@ def write_rows_by_global_id(comm: Communicator, target: Path, rows: dict[str, np
     ``target``, atomically (see the module docstring)."""
     tmp = None
     if comm.rank == 0:
-        tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        atomic.remove_orphans(target)
+        tmp = atomic.temp_path(target)
         group = zarr.open_group(str(tmp), mode="w")
         for name, block in rows.items():
             create_array(group, name, (num_nodes, block.shape[1]), np.float32)
@@ -122,14 +123,12 @@ def write_rows_by_global_id(comm: Communicator, target: Path, rows: dict[str, np
         comm.barrier()
     except BaseException:
         if comm.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
+            atomic.remove(tmp)
         raise
     if comm.rank == 0:
         group = zarr.open_group(str(tmp), mode="r+")
         group.update_attributes(attrs)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        atomic.commit_dir(tmp, target)
     comm.barrier()
     return target
 
