@@ -2,9 +2,11 @@
 # Laptop:   snakemake -c2                      (default config: a small twin, under 10 minutes)
 # Cluster:  snakemake --profile cluster/slurm  (train runs as submitit Slurm jobs of P ranks)
 # Redo one stage: snakemake -c2 --forcerun <rule>.   Outputs: docs/design.md, section 2.
+import sys
 from snakemake.utils import min_version, validate
 from distgnn.train.algorithms import ALGO_PATTERN  # the one grammar of algorithm names
 from distgnn.train.config import MODELS
+from distgnn.workflow_config import unknown_key_in
 
 min_version("8.0")
 
@@ -12,6 +14,11 @@ min_version("8.0")
 configfile: "config/config.yaml"
 
 
+# A typo in a key (epoch: for epochs:) in one line, before validate() dumps schema and config.
+unknown_key = unknown_key_in(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
+if unknown_key:
+    print(f"Error in the config: {unknown_key}", file=sys.stderr)
+    sys.exit(1)
 validate(config, "workflow/schemas/config.schema.yaml")
 
 

@@ -484,6 +484,42 @@ def test_cut_download_is_one_line_and_leaves_nothing(tmp_path, monkeypatch):
     assert not [p for p in (tmp_path / "data").rglob("*") if p.is_file()]
 
 
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # bound, then closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("offline", ["no network", "refused"])
+def test_offline_fetch_names_the_url_and_source_once(tmp_path, monkeypatch, capsys, offline):
+    """Without network (the host name does not resolve) one line: the URL and the --source hint,
+    the dataset named once; a refused connection is retried, each notice naming it once."""
+    import socket
+
+    from distgnn.data.download import RETRY_DELAYS_S
+
+    if offline == "no network":
+        def no_dns(*args, **kwargs):
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+        monkeypatch.setattr(socket, "getaddrinfo", no_dns)
+    else:
+        monkeypatch.setattr(planetoid, "URL",
+                            f"http://127.0.0.1:{_closed_port()}/ind.{{name}}.{{ext}}")
+    url = planetoid.URL.format(name="cora", ext=planetoid.EXTS[0])
+    assert cli.main(["fetch", "cora", "--root", str(tmp_path / "data")]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    retries = 0 if offline == "no network" else len(RETRY_DELAYS_S)
+    assert len(lines) == retries + 1 and not any("cora: cora" in l for l in lines), lines
+    for notice in lines[:-1]:
+        assert notice.startswith(f"cora: cannot download {url} (") and "retrying" in notice
+    assert lines[-1].startswith(f"distgnn fetch: error: cora: cannot download {url} (")
+    assert "--source DIR" in lines[-1]
+    assert not (tmp_path / "data").exists()
+
+
 def test_cut_download_is_retried_and_checked(tmp_path, capsys):
     """The first transfer is cut: the second attempt completes; a wrong published SHA-256 is
     refused in one line and leaves nothing."""

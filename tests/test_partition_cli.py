@@ -188,6 +188,30 @@ def test_stale_tmp_does_not_count(graph, tmp_path, capsys):
     assert code == 0 and text.strip().splitlines()[-1].split()[-2] == "no"
 
 
+def test_force_with_fewer_parts_removes_the_stray_parts(graph, built, tmp_path, capsys):
+    """Repartitioning a P-part folder into fewer parts with --force removes the parts beyond the
+    new count; verify refuses a folder that still holds one."""
+    folder = _copy(built, tmp_path)
+    before = len(list(folder.glob("part_*.zarr")))
+    fewer = before - 1
+    code, _, err = run(["partition", str(graph), "--parts", str(fewer), "--out", str(folder),
+                        "--force", "--quiet"], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in folder.glob("part_*.zarr")) == [f"part_{k}.zarr"
+                                                                  for k in range(fewer)]
+    assert run(["verify", str(folder), "--quiet"], capsys)[0] == 0
+    shutil.copytree(folder / "part_0.zarr", folder / f"part_{fewer}.zarr")
+    _verify_fails(folder, capsys, f"stray part_{fewer}.zarr")
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect"])
+def test_missing_path_is_named(tmp_path, capsys, command):
+    missing = tmp_path / "no-such-folder"
+    code, _, err = run([command, str(missing)], capsys)
+    assert code == 2 and err.splitlines() == [f"distgnn {command}: error: {missing}: no such file "
+                                              f"or folder"], err
+
+
 def test_existing_assignment_needs_force(graph, built, capsys):
     code, _, err = run(["partition", "assign", str(graph), "--parts", "3", "--out", str(built)],
                        capsys)
@@ -207,7 +231,7 @@ def test_interrupted_partition_leaves_nothing(graph, tmp_path, monkeypatch, caps
     monkeypatch.setattr(build_mod, "gather_rows_multi", interrupted)
     code, _, _ = run(["partition", str(graph), "--parts", "3", "--out", str(out), "--quiet"], capsys)
     assert code == 130
-    assert sorted(p.name for p in out.iterdir()) == []
+    assert not out.exists()  # the run made the folder: it goes too
 
 
 def test_order_and_old_stream_spelling(graph, tmp_path, capsys):

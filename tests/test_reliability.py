@@ -156,8 +156,8 @@ def test_damaged_feature_chunk_fails_partition_in_one_line_leaving_nothing(two_p
     line = one_line(proc, "distgnn partition: error:")
     assert proc.returncode == 2
     assert f"{graph}/feat, chunk 0" in line and "corrupted" in line, line
-    assert not (out / "assignment.zarr").exists()
-    assert not list(out.glob("part_*.zarr")) and not list(out.glob(".*")), list(out.iterdir())
+    assert proc.stdout == ""  # no partition statistics before (or after) the error
+    assert not out.exists()  # nor the folder the run created
 
 
 def test_verify_checks_a_graph_store(two_parts, tmp_path: Path) -> None:
@@ -277,3 +277,26 @@ def test_a_rank_frozen_while_loading_is_caught(two_parts, tmp_path: Path) -> Non
     assert proc.returncode != 0
     assert time.monotonic() - start < 60
     assert "rank 1 (loading its part)" in proc.stderr, proc.stderr[-2000:]
+
+
+THREADS_COMMANDS = {"fetch": ["synth-reddit"], "partition": ["graph.zarr", "--parts", "2"],
+                    "train": ["parts"], "launch": ["parts"], "predict": ["run"]}
+
+
+@pytest.mark.parametrize("command", sorted(THREADS_COMMANDS))
+def test_negative_threads_is_one_line_and_help_says_zero_is_all_cores(
+        command: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    """Every command with --threads refuses a negative count, naming the option and the value,
+    before it reads anything; its --help says what 0 means."""
+    from distgnn import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([command, *THREADS_COMMANDS[command], "--threads", "-3"]) == 2
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [f"distgnn {command}: error: --threads must be >= 0 (0: all cores), "
+                                f"got -3"], err
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--threads T" in help_text and "(0: all cores;" in help_text, help_text

@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -45,6 +49,15 @@ def test_single_process_run_learns_and_writes_outputs(tmp_path: Path) -> None:
     assert "layers.0.fc_neigh.weight" in state["model"]
 
 
+def test_mpi_library_version_has_no_nul() -> None:
+    """Open MPI's version string ends in a NUL, which summary.json must not carry."""
+    from distgnn.train import provenance
+
+    mpi = provenance.versions()["mpi"]
+    assert mpi and "\0" not in mpi and mpi == mpi.strip(), repr(mpi)
+    assert provenance.first_line("Some MPI v1.2, build 3\0") == "Some MPI v1.2, build 3"
+
+
 @pytest.mark.slow
 def test_multilabel_twin_trains_with_roc_auc(tmp_path: Path) -> None:
     folder = one_part(tmp_path, "synth-proteins", 0.01)
@@ -56,9 +69,10 @@ def test_multilabel_twin_trains_with_roc_auc(tmp_path: Path) -> None:
     assert 0.5 < last["val"] <= 1.0  # ROC-AUC averaged over tasks, above chance
 
 
-@pytest.mark.parametrize("option,value,needle", [("--epochs", "0", "--epochs"),
-                                                 ("--dropout", "1.5", "--dropout"),
-                                                 ("--layers", "0", "--layers")])
+@pytest.mark.parametrize("option,value,needle", [
+    ("--epochs", "0", "--epochs"), ("--dropout", "1.5", "--dropout"), ("--layers", "0", "--layers"),
+    ("--eval-every", "-1", "--eval-every must be >= 0 (0: never), got -1"),
+    ("--checkpoint-every", "-2", "--checkpoint-every must be >= 0 (0: never), got -2")])
 def test_bad_options_are_one_line(tmp_path: Path, option: str, value: str, needle: str) -> None:
     folder = one_part(tmp_path, "synth-reddit", 0.002)
     proc = run_cli("train", folder, option, value, "--out", tmp_path / "run")
@@ -168,3 +182,25 @@ def test_vertex_order_and_huge_pages_change_no_result(tmp_path: Path) -> None:
     assert huge["huge_pages"]["thp_mode"] == thp_mode()
     if thp_mode() in ("madvise", "always"):
         assert huge["huge_pages"]["bytes_by_rank"][0] >= 2 << 20
+
+
+@pytest.mark.slow
+def test_ctrl_c_names_the_newest_checkpoint_and_resume(tmp_path: Path) -> None:
+    """SIGINT to `distgnn train` (no mpiexec): one line saying it was interrupted, where the
+    newest complete checkpoint is and that --resume continues from it; exit 130."""
+    folder = one_part(tmp_path, "synth-reddit", 0.002)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "distgnn", "train", str(folder), "--epochs",
+                             "1000000", "--checkpoint-every", "3", "--eval-every", "0", "--threads",
+                             "1", "--out", str(run), "--quiet"], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(run.glob("checkpoints/*/manifest.json")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("distgnn train: interrupted"), err
+    assert "--resume" in lines[0], err
+    newest = max(run.glob("checkpoints/*/manifest.json")).parent
+    assert f"the newest checkpoint is {newest} " in lines[0], err

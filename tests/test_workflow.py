@@ -195,7 +195,6 @@ def test_root_rule_reaches_the_assign_command(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("section,key,value", [("train", "epochs", "three"),
                                                 ("partition", "roots", "most"),
-                                                ("partition", "bogus", 1),
                                                 ("train", "algos", ["cd-zero"]),
                                                 ("train", "precision", "fp16"),
                                                 ("train", "input_cache", "yes")])
@@ -208,6 +207,37 @@ def test_invalid_config_is_refused_before_any_job(tmp_path, section, key, value)
     assert "Error validating config file" in proc.stderr
     assert f"'{key}'" in proc.stderr or f"['{key}']" in proc.stderr
     assert not (wd / "data").exists() and not (wd / "logs").exists()
+
+
+@pytest.mark.slow
+def test_misspelt_config_key_is_one_line(tmp_path):
+    """`epoch:` for `epochs:` under train: one line naming the key, its section and the nearest
+    valid key, not the schema and config dumped by validate()."""
+    config = tiny()
+    config["train"]["epoch"] = config["train"].pop("epochs")
+    wd = workdir(tmp_path, config)
+    proc = snakemake("-c1", cwd=wd)
+    assert proc.returncode != 0
+    lines = [l for l in (proc.stdout + proc.stderr).splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stdout + proc.stderr
+    assert all(word in lines[0] for word in ("'epoch'", "'train'", "'epochs'")), lines[0]
+    assert not (wd / "data").exists() and not (wd / "logs").exists()
+
+
+@pytest.mark.parametrize("section,key,needles", [
+    ("partition", "bogus", ("'bogus'", "'partition'", "valid keys:")),
+    ("datasets", "scael", ("'scael'", "'datasets[0]'", "'scale'")),
+    (None, "trian", ("'trian'", "top level", "'train'")),
+])
+def test_unknown_config_key_names_section_and_nearest_key(section, key, needles):
+    from distgnn.workflow_config import unknown_key_in
+
+    config = tiny()
+    target = config if section is None else config[section]
+    (target[0] if isinstance(target, list) else target)[key] = 1
+    message = unknown_key_in(config, REPO / "workflow" / "schemas" / "config.schema.yaml")
+    assert message is not None and all(n in message for n in needles), message
+    assert unknown_key_in(tiny(), REPO / "workflow" / "schemas" / "config.schema.yaml") is None
 
 
 @pytest.mark.slow

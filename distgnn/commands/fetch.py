@@ -5,6 +5,7 @@ import argparse
 import time
 
 from distgnn.data.catalog import DATASETS, DEFAULT_CHUNK_BUDGET
+from distgnn.options import add_threads_option, check_threads
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="rebuild an existing store")
     p.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_BUDGET / 2**20,
                    help="memory budget of one streamed block, MiB (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=0, help="native threads (default: all)")
+    add_threads_option(p, "native threads")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -37,6 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from distgnn.data.fetch import fetch, store_path
 
+    check_threads(args.threads)
     start = time.perf_counter()
     target = store_path(args.root, args.dataset, args.scale, args.seed, args.name, args.mean_degree,
                         args.labelled_fraction, args.normalize_features)

@@ -5,7 +5,7 @@ import argparse
 from pathlib import Path
 
 from distgnn.errors import DistgnnError
-
+from distgnn.options import existing_path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,5 +28,5 @@ def describe(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(describe(Path(args.path)))
+    print(describe(existing_path(args.path)))
     return 0

@@ -34,7 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="submitit folder; each job's pickles and logs go to <log-dir>/<job id>")
     p.add_argument("--grace", type=float, default=None,
                    help="seconds a job may be gone from squeue without a result (default: preset's, 30)")
-    add_train_options(p)  # --algo, --epochs, ..., --threads, --out: passed to every rank
+    # --algo, --epochs, ..., --threads, --out: passed to every rank
+    add_train_options(p, threads_default="the preset's cpus_per_task, else locally the cores "
+                                         "divided among the ranks")
     # Unset threads = the preset's cpus per task; unset out = the trainer's default folder.
     p.set_defaults(threads=None, out=None)
     p.add_argument("--quiet", action="store_true", help="no progress bars")

@@ -14,10 +14,13 @@ the edge stream (``store``/``shuffle``, now ``--stream``), and those two values 
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
+from pathlib import Path
 
 from distgnn.errors import DistgnnError
-from distgnn.partition.layout import METHODS, ORDERS, ROOT_RULES
+from distgnn.options import add_threads_option, check_threads
+from distgnn.partition.layout import METHODS, ORDERS, ROOT_RULES, default_out
 from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER, VERTEX_ORDERS
 from distgnn.progress import set_quiet
 
@@ -50,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "fresher cd-r and 0c aggregates; default: balance)")
     p.add_argument("--out", help="partition folder (default: partitions/<store>/<method>-<P>)")
     p.add_argument("--part", type=int, help="build: the partition K to build")
-    p.add_argument("--threads", type=int, default=0, help="native threads (default: all)")
+    add_threads_option(p, "native threads")
     p.add_argument("--force", action="store_true", help="replace an existing assignment")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
@@ -76,12 +79,27 @@ def _print_assignment(out, attrs) -> None:
 def _remove_outputs(out) -> None:
     """Remove the assignment and every part store of a folder whose build failed."""
     import shutil
-    from pathlib import Path
 
     from distgnn.partition import layout
 
     for store in [Path(out) / layout.ASSIGNMENT, *Path(out).glob("part_*.zarr")]:
         shutil.rmtree(store, ignore_errors=True)
+
+
+def _missing_folders(out: Path) -> list[Path]:
+    """``out`` and those of its parents that do not exist yet (the run would create them),
+    deepest first."""
+    return list(itertools.takewhile(lambda p: not p.exists(), (out, *out.parents)))
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty: those a failed run created."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (something else wrote there) or already gone
+            if folder.exists():
+                return
 
 
 def split_order(args: argparse.Namespace) -> tuple[str | None, str]:
@@ -102,6 +120,7 @@ def split_order(args: argparse.Namespace) -> tuple[str | None, str]:
 
 def run(args: argparse.Namespace) -> int:
     set_quiet(args.quiet)
+    check_threads(args.threads)
     stream, order = split_order(args)
     stage, path = (args.first, args.path) if args.first in STAGES else (None, args.first)
     if stage is None and args.path is not None:
@@ -121,18 +140,25 @@ def run(args: argparse.Namespace) -> int:
     if args.parts is None:
         raise DistgnnError("--parts: required (number of partitions)")
     from distgnn.partition.assign import assign_graph
+    from distgnn.partition.build import build_all
 
-    out, attrs = assign_graph(path, args.parts, args.method, args.seed, args.out, args.threads,
-                              overwrite=args.force, order=stream, root_rule=args.roots)
+    out = Path(args.out or default_out(Path(path), args.method, args.parts))
+    new_folders = _missing_folders(out)
+    try:
+        out, attrs = assign_graph(path, args.parts, args.method, args.seed, out, args.threads,
+                                  overwrite=args.force, order=stream, root_rule=args.roots)
+        if stage is None:
+            try:
+                build_all(out, args.threads, order=order)
+            except BaseException:
+                _remove_outputs(out)  # an assignment without its parts must not look complete
+                raise
+    except BaseException:
+        _remove_empty(new_folders)
+        raise
+    # the statistics once every input has been read: a damaged chunk is the only thing reported
     _print_assignment(out, attrs)
     if stage is None:
-        from distgnn.partition.build import build_all
-
-        try:
-            build_all(out, args.threads, order=order)
-        except BaseException:
-            _remove_outputs(out)  # an assignment without its parts must not look complete
-            raise
         print(f"{out}: {args.parts} parts built, vertex order {order} "
               f"({time.perf_counter() - start:.1f} s in all)")
     return 0

@@ -7,6 +7,7 @@ import sys
 
 from distgnn.commands.ranks import refuse_before_mpi, run_on_ranks
 from distgnn.errors import DistgnnError
+from distgnn.options import add_threads_option, check_threads
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--layer", type=int, help="also write hidden layer L's output after its ReLU "
                                              "(0 <= L < layers - 1) as `embeddings`")
     p.add_argument("--partdir", help="partition folder (default: the one recorded in summary.json)")
-    p.add_argument("--threads", type=int, default=0, help="threads per rank (default: all)")
+    add_threads_option(p, "threads per rank")
     p.add_argument("--quiet", action="store_true", help="print nothing but errors")
     p.set_defaults(func=run)
 
@@ -32,6 +33,7 @@ def _check(args: argparse.Namespace) -> None:
 
     from distgnn.train.predict import read_run
 
+    check_threads(args.threads)
     read_run(Path(args.rundir))
     if args.layer is not None and args.layer < 0:
         raise DistgnnError(f"--layer: expected a hidden layer index >= 0, got {args.layer}")

@@ -3,12 +3,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from distgnn.commands.ranks import refuse_before_mpi, run_on_ranks
 
 
-def add_train_options(p: argparse.ArgumentParser) -> None:
-    """The training options shared by ``train`` and ``launch``."""
+def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") -> None:
+    """The training options shared by ``train`` and ``launch`` (``threads_default``: what an
+    unset ``--threads`` means, for the help)."""
+    from distgnn.options import add_threads_option
     from distgnn.train.algorithms import APPLY_MODES
     from distgnn.train.config import MODELS, TrainConfig
 
@@ -39,7 +42,7 @@ def add_train_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
                    help="checkpoint every K epochs (0: never; default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
-    p.add_argument("--threads", type=int, default=d.threads, help="threads per rank (default: all)")
+    add_threads_option(p, "threads per rank", d.threads, threads_default)
     p.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision,
                    help="dense work (linear layers) in float32 or, opt-in, bfloat16; aggregation "
                         "and exchange stay float32 (default: %(default)s)")
@@ -127,6 +130,18 @@ class EpochLine:
               f"({record['epoch_time_s']:.2f} s, {left:.0f} s left)", file=sys.stderr, flush=True)
 
 
+def interrupted(run_dir: Path | None) -> str:
+    """What an interrupted run says: where its newest complete checkpoint is, and how to go on."""
+    from distgnn.train.checkpoint import complete_checkpoints
+
+    found = complete_checkpoints(run_dir) if run_dir is not None else []
+    if not found:
+        return "interrupted before the first checkpoint (rerun the command to start again)"
+    epoch, folder = found[-1]
+    return (f"interrupted; the newest checkpoint is {folder} (epoch {epoch}): rerun the command "
+            f"with --resume to continue from it")
+
+
 def run(args: argparse.Namespace) -> int:
     from distgnn.train.config import check_config
 
@@ -151,7 +166,13 @@ def run(args: argparse.Namespace) -> int:
                           on_epoch=None if args.quiet else EpochLine())
         return trainer.run()
 
-    status, summary = run_on_ranks("train", comm, body)
+    try:
+        status, summary = run_on_ranks("train", comm, body)
+    except KeyboardInterrupt:  # Ctrl-C of a run without mpiexec (which turns it into SIGTERM)
+        if comm.rank == 0:
+            print(f"distgnn train: {interrupted(trainer.run_dir if trainer else None)}",
+                  file=sys.stderr, flush=True)
+        return 130
     if status:
         return status
     if summary is not None and not args.quiet:

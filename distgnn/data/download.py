@@ -1,15 +1,17 @@
 """Shared download and archive helpers for the dataset readers.
 
 Downloads stream to a temporary sibling name and are renamed when complete, so a file at the final
-path is always whole. A failed or cut transfer is retried (:data:`RETRY_DELAYS_S`); a file is kept
-only when its size equals the server's Content-Length and, when the caller knows it, its SHA-256
-equals the published one. A server that cannot be reached gives one line naming the dataset, the
-URL and the ``--source`` option that points at pre-downloaded files. (Our own ~30 lines rather than
-pooch: the readers need the streaming progress bar, the one-line errors and the atomic rename they
-already had; retries and the digest were what was missing.)
+path is always whole. A refused or cut transfer is retried (:data:`RETRY_DELAYS_S`; not when the
+host name does not resolve or no route leads there: no network, which waiting does not mend); a
+file is kept only when its size equals the server's Content-Length and, when the caller knows it,
+its SHA-256 equals the published one. A server that cannot be reached gives one line naming the
+dataset, the URL and the ``--source`` option that points at pre-downloaded files. (Our own ~30
+lines rather than pooch: the readers need the streaming progress bar, the one-line errors and the
+atomic rename they already had; retries and the digest were what was missing.)
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import os
@@ -57,22 +59,27 @@ def download(url: str, dest: str | os.PathLike, *, dataset: str, source_help: st
             return dest
         except _Retryable as exc:
             if not is_quiet():
-                print(f"{dataset}: {exc.error}; retrying in {delay:g} s (attempt {attempt + 2} of "
-                      f"{len(RETRY_DELAYS_S) + 1})", file=sys.stderr, flush=True)
+                print(f"{dataset}: cannot download {url} ({exc}); retrying in {delay:g} s "
+                      f"(attempt {attempt + 2} of {len(RETRY_DELAYS_S) + 1})", file=sys.stderr,
+                      flush=True)
             time.sleep(delay)
     try:  # the last attempt
         _download_once(url, dest, dataset, source_help, timeout, sha256)
     except _Retryable as exc:
-        raise exc.error from None
+        raise _offline(dataset, url, exc, source_help) from None
     return dest
 
 
 class _Retryable(Exception):
-    """A failure worth another attempt (connection refused or cut); ``error`` is its one line."""
+    """A failure worth another attempt (connection refused or cut); its text is the reason."""
 
-    def __init__(self, error: DistgnnError):
-        super().__init__(str(error))
-        self.error = error
+
+def _no_network(exc: BaseException) -> bool:
+    """Whether ``exc`` says this machine has no network (the host name does not resolve, or no
+    route): asking again a few seconds later will not help."""
+    reason = getattr(exc, "reason", exc)
+    return isinstance(reason, socket.gaierror) or (
+        isinstance(reason, OSError) and reason.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH))
 
 
 def _download_once(url: str, dest: Path, dataset: str, source_help: str, timeout: float,
@@ -89,7 +96,9 @@ def _download_once(url: str, dest: Path, dataset: str, source_help: str, timeout
             raise _offline(dataset, url, exc, source_help) from exc
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
             reason = getattr(exc, "reason", None) or exc
-            raise _Retryable(_offline(dataset, url, reason, source_help)) from exc
+            if _no_network(exc):
+                raise _offline(dataset, url, reason, source_help) from exc
+            raise _Retryable(reason) from exc
         dest.parent.mkdir(parents=True, exist_ok=True)  # only once the server answered
         with response, open(tmp, "wb") as out:
             total = response.headers.get("Content-Length")
@@ -103,8 +112,7 @@ def _download_once(url: str, dest: Path, dataset: str, source_help: str, timeout
                     try:
                         block = response.read(BLOCK)
                     except (http.client.HTTPException, OSError, socket.timeout) as exc:
-                        raise _Retryable(_offline(dataset, url, f"interrupted after {received} "
-                                                  f"bytes: {exc}", source_help)) from exc
+                        raise _Retryable(f"interrupted after {received} bytes: {exc}") from exc
                     if not block:
                         break
                     out.write(block)
@@ -112,8 +120,7 @@ def _download_once(url: str, dest: Path, dataset: str, source_help: str, timeout
                     received += len(block)
                     bar.update(len(block))
         if total is not None and received != total:
-            raise _Retryable(_offline(dataset, url, f"connection closed after {received} of "
-                                      f"{total} bytes", source_help))
+            raise _Retryable(f"connection closed after {received} of {total} bytes")
         if sha256 is not None and digest.hexdigest() != sha256.lower():
             raise DistgnnError(f"{dataset}: {url}: SHA-256 {digest.hexdigest()} is not the "
                                f"published {sha256.lower()} (file damaged or replaced upstream)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,7 +121,8 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
                  out: str | os.PathLike | None = None, threads: int = 0,
                  overwrite: bool = False, order: str | None = None,
                  root_rule: str = "balance") -> tuple[Path, dict[str, Any]]:
-    """Assign ``graph`` (a graph.zarr) into ``parts`` partitions; write ``<out>/assignment.zarr``.
+    """Assign ``graph`` (a graph.zarr) into ``parts`` partitions; write ``<out>/assignment.zarr``
+    (and remove any ``part_<K>.zarr`` with K >= ``parts`` an earlier assignment left there).
     ``root_rule``: see :func:`compute_assignment`.
 
     Returns (the partition folder, the assignment's attrs).
@@ -166,5 +168,7 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
         }
         attrs["checksum"] = combine_digests(digests)
         target.commit(attrs)
+    for stray in layout.stray_parts(out, parts):  # an earlier partitioning's: part of nothing now
+        shutil.rmtree(stray)
     # timings are printed, not stored, so the same inputs give byte-identical stores
     return out, {**attrs, "assign_seconds": assign_s, "read_seconds": read_s}

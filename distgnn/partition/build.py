@@ -19,6 +19,7 @@ import numpy as np
 from distgnn import _native
 from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
+from distgnn.options import existing_path
 from distgnn.partition import layout
 from distgnn.partition.store_io import (RowWriter, ScatteredRows, SharedChunks, create_row_array,
                                         gather_rows_multi, read_csr, write_array)
@@ -43,8 +44,9 @@ class BuildInputs:
 
 
 def open_assignment(folder: Path) -> tuple[Any, dict[str, Any]]:
-    """Open ``<folder>/assignment.zarr``; one-line error when it is missing or incomplete."""
-    path = Path(folder) / layout.ASSIGNMENT
+    """Open ``<folder>/assignment.zarr``; one-line error when it or ``folder`` is missing or it is
+    incomplete."""
+    path = existing_path(folder) / layout.ASSIGNMENT
     if not path.exists():
         raise DistgnnError(f"{path}: no assignment (run `distgnn partition assign` first)")
     group = open_checked(path, ("edge_part", "replicas", "root"))

@@ -34,6 +34,14 @@ def part_name(k: int) -> str:
     return f"part_{k}.zarr"
 
 
+def stray_parts(folder: Path, parts: int) -> list[Path]:
+    """The ``part_<K>.zarr`` of ``folder`` with K >= ``parts``: left by an earlier partitioning
+    into more parts, they belong to no part of the current assignment."""
+    numbered = {int(p.stem.removeprefix("part_")): p for p in Path(folder).glob("part_*.zarr")
+                if p.stem.removeprefix("part_").isdigit()}
+    return [numbered[k] for k in sorted(numbered) if k >= parts]
+
+
 def default_out(graph: Path, method: str, parts: int) -> Path:
     """``partitions/<store>/<method>-<P>`` where ``<store>`` is the graph store's folder name."""
     graph = Path(graph)

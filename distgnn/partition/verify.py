@@ -1,6 +1,7 @@
 """``distgnn verify PARTDIR``: check every partition invariant; raise on the first violation.
 
-Checked, in order: every chunk of the assignment and of every part reads back (crc32c); the
+Checked, in order: no ``part_<K>.zarr`` with K >= P (an earlier partitioning's) is left in the
+folder; every chunk of the assignment and of every part reads back (crc32c); the
 assignment matches the graph (checksum, sizes) and each part matches the assignment; per part:
 the layout (roots first: ``local_to_global[:n_roots]`` the part's roots and the rest its leaves,
 each block strictly ascending in vertex order ``none``, a permutation of its members in any other
@@ -100,6 +101,11 @@ def verify_partition(folder: str | os.PathLike, graph: str | os.PathLike | None 
     """Check ``folder``; return a one-line summary, raise :class:`DistgnnError` on a violation."""
     folder = Path(folder)
     agroup, attrs = open_assignment(folder)
+    stray = layout.stray_parts(folder, attrs["P"])
+    if stray:
+        _fail(f"{folder}: stray {', '.join(p.name for p in stray)} beyond the assignment's "
+              f"P={attrs['P']} (left by an earlier partitioning; delete, or repartition with "
+              f"--force)")
     verify_checksums(agroup, str(folder / layout.ASSIGNMENT))
     store = open_graph_for(attrs, graph)
     P, n = attrs["P"], store.num_nodes

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from distgnn.errors import DistgnnError
+from distgnn.options import check_threads
 from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply
 
 #: dense-work precisions (distgnn/precision.py applies them)
@@ -136,6 +137,9 @@ def check_config(config: TrainConfig) -> Algorithm:
                               resolve_apply(config.apply, algorithm))
     if not config.hang_timeout_s >= 0.0:
         raise DistgnnError(f"--hang-timeout must be >= 0 seconds (0: off), got {config.hang_timeout_s}")
-    if config.eval_every < 0 or config.checkpoint_every < 0:
-        raise DistgnnError("--eval-every and --checkpoint-every must be >= 0")
+    for option, every in (("--eval-every", config.eval_every),
+                          ("--checkpoint-every", config.checkpoint_every)):
+        if every < 0:
+            raise DistgnnError(f"{option} must be >= 0 (0: never), got {every}")
+    check_threads(config.threads)
     return algorithm

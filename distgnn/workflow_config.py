@@ -1,0 +1,44 @@
+"""The workflow's config against its schema (workflow/schemas/config.schema.yaml): an unknown key
+(a typo such as ``epoch:`` for ``epochs:``) named in one line, with its section and the nearest
+valid key, before Snakemake's ``validate`` would dump the whole schema and config."""
+from __future__ import annotations
+
+import difflib
+import os
+from typing import Any
+
+import yaml
+
+
+def unknown_key(config: Any, schema: dict[str, Any], section: str = "") -> str | None:
+    """One line naming the first key of ``config`` that ``schema`` does not allow (an object with
+    ``additionalProperties: false``), its section and the nearest valid key; None when every key
+    is known. Values are left to the schema's own validation."""
+    if isinstance(config, dict):
+        known = schema.get("properties", {})
+        for key, value in config.items():
+            if key in known:
+                found = unknown_key(value, known[key], f"{section}.{key}" if section else str(key))
+                if found:
+                    return found
+            elif schema.get("additionalProperties", True) is False:
+                return _unknown(str(key), section, sorted(known))
+    elif isinstance(config, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(config):
+            found = unknown_key(item, schema["items"], f"{section}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _unknown(key: str, section: str, valid: list[str]) -> str:
+    where = f"in section '{section}'" if section else "at the top level"
+    nearest = difflib.get_close_matches(key, valid, n=1)
+    hint = f"did you mean '{nearest[0]}'?" if nearest else f"valid keys: {', '.join(valid)}"
+    return f"unknown key '{key}' {where} ({hint})"
+
+
+def unknown_key_in(config: dict[str, Any], schema_path: str | os.PathLike) -> str | None:
+    """:func:`unknown_key` against the schema file at ``schema_path``."""
+    with open(schema_path) as f:
+        return unknown_key(config, yaml.safe_load(f))
