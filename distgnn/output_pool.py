@@ -1,4 +1,4 @@
-"""Reused output buffers for the native kernels (docs/design.md, "Output buffers").
+"""Reused output buffers for the native kernels (docs/design.md#output-buffers).
 
 A large tensor that torch allocates comes from a fresh anonymous mapping (glibc serves every block
 over 32 MB that way, and ``distgnn`` lowers that bound to 1 MB), so the kernel that first writes
