@@ -1,7 +1,7 @@
 # distgnn pipeline: fetch -> assign -> build (one job per partition) -> train -> report.
 # Laptop:   snakemake -c2                      (default config: a small twin, under 10 minutes)
 # Cluster:  snakemake --profile cluster/slurm  (train runs as submitit Slurm jobs of P ranks)
-# Redo one stage: snakemake -c2 --forcerun <rule>.   Outputs: docs/design.md, section 2.
+# Redo one stage: snakemake -c2 --forcerun <rule>.   Outputs: docs/design.md#pipeline.
 import sys
 from snakemake.utils import min_version, validate
 from distgnn.train.algorithms import ALGO_PATTERN  # the one grammar of algorithm names

@@ -67,8 +67,8 @@ def mib(x: float | None) -> str:
 
 
 def twin_shape(dataset: str, scale: float) -> tuple[int, int, int, int]:
-    """(vertices, edges, feat_dim, classes) a twin will have at ``scale`` (docs/design.md, section 3: vertices and
-    edges times scale, mean degree capped at N/50)."""
+    """(vertices, edges, feat_dim, classes) a twin will have at ``scale`` (docs/design.md#synthetic-twins:
+    vertices and edges times scale, mean degree capped at N/50)."""
     from distgnn.data.synthetic import TWINS
 
     spec = TWINS[dataset]

@@ -14,7 +14,7 @@ instead. The lines marked "as distgnn train" and plain "ours" run the library's 
 tiles chosen by measurement (distgnn/tiling.py; the choices are printed); "never tiled" lines
 run the kernel untiled. Prints ms, the speedup over DGL as a user runs it and like for like, and
 effective GB/s = (gathered m*F*4 + index bytes + output bytes) / time
-(docs/design.md, section 5), beside a STREAM triad measured in the same run, as a markdown table. Extra
+(docs/design.md#kernels), beside a STREAM triad measured in the same run, as a markdown table. Extra
 "ours" rows switch techniques off one at a time, to show which pay here. A case that fails (out of
 memory under --mem-limit-gb) is reported as failed.
 """

@@ -1,4 +1,4 @@
-"""Training a user's own model from Python (docs/design.md, "Models"): the same trainer, exchange,
+"""Training a user's own model from Python (docs/design.md#own-model): the same trainer, exchange,
 algorithms, checkpoints and metrics as ``distgnn train``, with the user's module in place of the
 ``--model`` network. Run the script under ``mpiexec -n P`` (or ``srun -n P``), one rank per part."""
 from __future__ import annotations

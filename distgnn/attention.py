@@ -6,8 +6,7 @@ with e_uv = LeakyReLU(el[u, h] + er[v, h]):
 * ``m[v, h]`` = max_u e_uv, ``s[v, h]`` = sum_u exp(e_uv - m), ``q[v, h]`` = sum_u exp(e_uv - m)
   d_uvh z[u, h] (d: keyed attention dropout);
 * the attention output is q / s; partials of one vertex from several parts merge exactly
-  (:func:`merge`), which is how GAT runs on a vertex-cut (docs/design.md, "Graph attention
-  across parts").
+  (:func:`merge`), which is how GAT runs on a vertex-cut (docs/design.md#attention-across-parts).
 
 ``local_attention`` is differentiable in z, el and er (m is a constant of the result: the
 gradient does not depend on it); backward is one native pass over the CSR and one over its

@@ -1,18 +1,19 @@
-"""Reused output buffers for the native kernels (docs/design.md, "Output buffers").
+"""Reused output buffers for the native kernels (docs/design.md#output-buffers).
 
 A large tensor that torch allocates comes from a fresh anonymous mapping (glibc serves every block
 over 32 MB that way, and ``distgnn`` lowers that bound to 1 MB), so the kernel that first writes
-it takes a page fault and a page of zeroes from the OS for every 4 KB: on a 2.5 GB output that
-was 0.5-1.4 s of a 2-3.5 s aggregation (bench/README.md). Training asks for outputs of the same
-sizes every epoch, so :class:`OutputPool` keeps the memory of an output once nothing uses it
-any more and hands it out again, already mapped, for the next request of that size.
+it takes a page fault and a page of zeroes from the OS for every 4 KB, a large share of an
+aggregation's time on a multi-GB output (bench/README.md, "Aggregation kernel"). Training asks
+for outputs of the same sizes every epoch, so :class:`OutputPool` keeps the memory of an output
+once nothing uses it any more and hands it out again, already mapped, for the next request of
+that size.
 
 An output is a tensor over a numpy view of a pooled block; the tensor's storage holds the view,
 so the block is free exactly when the view dies (a weak reference tells), whatever views of the
 tensor were taken meanwhile. Free blocks are kept up to ``max_idle_bytes`` together, the longest
 unused released first. Blocks stay on ordinary pages: an output is written row after row, so its
-translations are cheap (measured: a reused output on 2 MB pages was no faster), while a fresh
-2 MB page costs a compaction under THP ``defrag=madvise``.
+translations are cheap (a reused output on 2 MB pages was no faster: bench/README.md), while a
+fresh 2 MB page costs a compaction under THP ``defrag=madvise``.
 """
 from __future__ import annotations
 

@@ -4,9 +4,9 @@ The kernel can sweep its sources one tile at a time, all threads on the same til
 tile's rows are gathered from the last-level cache instead of memory
 (native/include/distgnn/aggregate.hpp). Whether that pays depends on the cache a process really
 gets, which sysfs does not tell a virtual machine's tenant, and on the graph: each extra tile
-re-reads and rewrites the whole output, so a low-degree graph loses (docs/design.md, "Source
-tiling"). So, in the default mode ``auto``, the first calls on a graph run the untiled kernel and
-a few tile counts in turn, and every later call uses the fastest (untiled unless a tile count
+re-reads and rewrites the whole output, so a low-degree graph loses (docs/design.md#source-tiling).
+So, in the default mode ``auto``, the first calls on a graph run the untiled kernel and a few
+tile counts in turn, and every later call uses the fastest (untiled unless a tile count
 wins by more than :data:`MARGIN`). The trial calls are real calls:
 their results are used, and for float32 rows of 256 columns every candidate gives the same bits
 on every instruction set; for narrower rows the sums differ by rounding only.

@@ -1,4 +1,4 @@
-"""A user's own GNN layer trained distributed by distgnn (docs/design.md, "Models").
+"""A user's own GNN layer trained distributed by distgnn (docs/design.md#own-model).
 
     distgnn fetch synth-reddit --scale 0.002 --out data
     distgnn partition data/synth-reddit.zarr --parts 2 --out parts

@@ -1,4 +1,5 @@
-"""cd-r and cd-r-orig follow docs/design.md step by step, on the replicas and at the root.
+"""cd-r and cd-r-orig follow docs/design.md step by step, on the replicas and at the root
+(docs/design.md#algorithms, docs/design.md#apply-at-root, docs/design.md#cd-r-at-the-root).
 
 A hand-built graph over three partitions (tests/mpi_scripts/delayed_schedule.py) has split vertex
 0 with two leaves, and edges whose source is a leaf. Here the expected aggregate of every replica
@@ -116,11 +117,11 @@ def per_root(r: int, steps: int, value) -> list[dict]:
 
 def expected_attention(r: int, steps: int, fresh: bool = False, form: str = "z") -> list[dict]:
     """Per rank and step: {v: attention output [HEADS * WIDTH]} of every root under apply-at-root
-    (r = 0: cd-0, exact). cd-r as docs/design.md states it: a part reads its roots' fresh [z, el]
-    and er, and its leaves' copies as last delivered (zero before); a root merges its fresh
-    partial with each leaf's partial as last delivered (none before), so the output is the softmax
-    over the union of those edges' scores, each scored as its part saw it when computing
-    (``fresh``: --fresh-copies, every copy is the current row). ``form``: ``z`` weights
+    (r = 0: cd-0, exact). cd-r as docs/design.md#attention-under-cd-r states it: a part reads its
+    roots' fresh [z, el] and er, and its leaves' copies as last delivered (zero before); a root
+    merges its fresh partial with each leaf's partial as last delivered (none before), so the
+    output is the softmax over the union of those edges' scores, each scored as its part saw it when
+    computing (``fresh``: --fresh-copies, every copy is the current row). ``form``: ``z`` weights
     graph.attention_inputs' z; on graph.layer_inputs (z = h W^T), ``inputs`` weights the copies of
     h and maps the merge by the root's current W (the input form), ``z-of-inputs`` weights copies
     of z (the z form on the same layer)."""

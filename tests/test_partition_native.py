@@ -1,5 +1,5 @@
 """The native assignment kernels against a plain-Python reference of the same rules
-(docs/design.md, section 4; tie-breaking as documented in native/include/distgnn/partition.hpp)."""
+(docs/design.md#partitioning; tie-breaking as documented in native/include/distgnn/partition.hpp)."""
 from __future__ import annotations
 
 import numpy as np

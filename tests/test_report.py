@@ -21,7 +21,7 @@ STORE = "synth-reddit-x0.01"
 
 def write_run(root: Path, method: str, parts: int, algo: str, epochs: int = 8,
               rng: np.random.Generator | None = None) -> dict:
-    """A run folder with realistic values and every key of docs/design.md, section 6; returns the summary."""
+    """A run folder with realistic values and every key of docs/design.md#summary-keys; returns the summary."""
     rng = rng or np.random.default_rng(parts * 100 + len(algo))
     run = root / f"{method}-{parts}" / algo  # the report must not parse this path
     run.mkdir(parents=True)

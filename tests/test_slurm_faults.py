@@ -111,7 +111,7 @@ def test_preemption_requeues_and_resumes(local_slurm, parts: Path, tmp_path: Pat
 
 def test_sigstop_of_a_rank_under_srun_ends_the_job_naming_it(local_slurm, parts: Path, tmp_path: Path) -> None:
     """A frozen rank (SIGSTOP) under srun: the watchdog of the live rank ends the job within 60 s
-    with one line naming rank 1 (docs/design.md, section 7)."""
+    with one line naming rank 1 (docs/design.md#watchdog)."""
     from distgnn.train.watchdog import HEARTBEATS, read_heartbeat
 
     run = tmp_path / "run"

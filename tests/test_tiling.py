@@ -190,7 +190,7 @@ def test_train_measures_tiles_and_reports_them(tmp_path) -> None:
 def test_wide_float32_rows_give_the_same_bits_whatever_the_tiles() -> None:
     """F = 256 float32 rows fill whole column blocks with one accumulator set on every instruction
     set, so each row's sum runs in edge order under any tile count (hub pieces included): the
-    trials cannot change a result (docs/design.md, "Source tiling")."""
+    trials cannot change a result (docs/design.md#source-tiling)."""
     indptr, indices = sorted_graph(500, 3000, 120, seed=3)
     x = torch.randn(3000, 256)
     try:

@@ -280,7 +280,7 @@ def test_bad_algorithm_names(partitions, tmp_path: Path) -> None:
         assert proc.returncode == 2 and "unknown algorithm" in proc.stderr, name
 
 
-# -- apply at the root (docs/design.md, "Where the dense work runs") ------------------------------
+# -- apply at the root (docs/design.md#apply-at-root) ------------------------------
 
 @pytest.fixture(scope="module")
 def narrow_partitions(tmp_path_factory) -> dict[int, Path]:

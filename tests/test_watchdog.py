@@ -1,5 +1,5 @@
 """The hang watchdog: a silent rank ends the job within a bounded time, naming it; live ranks of a
-long epoch are never ended (docs/design.md, section 7)."""
+long epoch are never ended (docs/design.md#watchdog)."""
 from __future__ import annotations
 
 import os

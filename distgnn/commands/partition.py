@@ -1,4 +1,5 @@
-"""distgnn partition: vertex-cut partitioning of a graph store (docs/design.md, sections 2 and 4).
+"""distgnn partition: vertex-cut partitioning of a graph store (docs/design.md#partitioning; its
+files: docs/design.md#pipeline).
 
 Three forms share one parser (the first positional picks the form):
 
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--order", choices=VERTEX_ORDERS + ORDERS, default=None,
                    help=f"vertex order of each part's local ids, for the kernel's locality: "
                         f"{', '.join(VERTEX_ORDERS)} (default: {DEFAULT_VERTEX_ORDER}; see "
-                        f"docs/design.md, section 3). store/shuffle: the old spelling of --stream")
+                        f"docs/design.md#vertex-order). store/shuffle: the old spelling of --stream")
     p.add_argument("--roots", choices=ROOT_RULES, default="balance",
                    help="root of a split vertex: any replica, balancing roots per part (balance); "
                         "or a replica holding the most of its in-edges, then balancing (in-edges: "

@@ -19,12 +19,12 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
     p.add_argument("--algo", default=d.algo,
                    help="0c, cd-0, cd-<r> or cd-<r>-orig; cd-<r>-orig is the DistGNN paper's cd-r, "
                         "cd-<r> distgnn's variant that keeps the last delivered remote part between "
-                        "deliveries (docs/design.md, section 6; default: %(default)s)")
+                        "deliveries (docs/design.md#algorithms; default: %(default)s)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="default: %(default)s")
     p.add_argument("--model", choices=MODELS, default=d.model,
                    help="sage: GraphSAGE; gcn: GCN, D^-1/2 (A + I) D^-1/2; gin: GIN with a learned eps "
                         "and a two-layer MLP per layer; gat: GAT, multi-head attention (cd-0, 0c, cd-<r> at the root) "
-                        "(docs/design.md, \"Models\"; default: %(default)s)")
+                        "(docs/design.md#models; default: %(default)s)")
     p.add_argument("--heads", type=int, default=None,
                    help=f"GAT's attention heads per hidden layer, --hidden wide each (--model gat "
                         f"only; default: {d.heads})")
@@ -58,14 +58,14 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                            default=None,
                            help="cd-<r> under --apply root: each exchange's gradient travels back "
                                 "and is consumed r epochs later (the default there; "
-                                "docs/design.md, section 6)")
+                                "docs/design.md#cd-r-at-the-root)")
     gradients.add_argument("--no-delayed-gradients", dest="delayed_gradients", action="store_false",
                            default=None, help="cd-<r> under --apply root: copies and remote parts are constants in "
                                 "backward (no backward exchange but, under --fresh-copies, the broadcast's exact adjoint)")
     p.add_argument("--fresh-copies", action="store_true",
                    help="cd-<r> under --apply root: the roots send their rows to the leaves every "
                         "epoch, exact with their adjoint, and only the leaves' partials are delayed: "
-                        "more accurate, more forward bytes (docs/design.md, section 6)")
+                        "more accurate, more forward bytes (docs/design.md#fresh-copies)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
                                  "-<apply> when --apply is not the algorithm's default, after "
                                  "<model>- for a model other than sage)")

@@ -1,5 +1,5 @@
 """The dataset names ``distgnn fetch`` knows and its default streaming budget: plain constants, so
-the command line lists them without importing numpy or zarr (docs/design.md, section 3)."""
+the command line lists them without importing numpy or zarr (docs/design.md#datasets)."""
 from __future__ import annotations
 
 OGB_DATASETS = ("ogbn-products", "ogbn-papers100M", "ogbn-proteins")

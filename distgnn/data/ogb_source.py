@@ -11,7 +11,7 @@ class count, split name, csv or binary layout); reading is ours and streams:
   unlabelled);
 * ``split/<name>/{train,valid,test}.csv.gz``: vertex ids, one per line.
 
-Shapes stored (docs/design.md, section 3): products and proteins list each undirected edge once, so the
+Shapes stored (docs/design.md#datasets): products and proteins list each undirected edge once, so the
 reverse is added; papers100M is stored directed as given (``--undirected`` adds the reverse).
 Proteins has no vertex features: ``feat`` is the mean of the 8-wide features of the vertex's stored
 in-edges (with the reverse added: every edge incident to it; zeros for an isolated vertex), and

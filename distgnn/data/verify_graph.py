@@ -1,5 +1,5 @@
 """``distgnn verify GRAPH.zarr``: every chunk of a graph store read back (crc32c) and its
-invariants checked (docs/design.md, section 3)."""
+invariants checked (docs/design.md#stores)."""
 from __future__ import annotations
 
 import os

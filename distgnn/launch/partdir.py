@@ -7,7 +7,7 @@ from distgnn.errors import DistgnnError
 
 
 def num_parts(partdir: str | Path) -> int:
-    """P of ``partdir``: attr ``P`` (or ``num_parts``) of ``partdir/assignment.zarr`` (docs/design.md, section 3)."""
+    """P of ``partdir``: attr ``P`` (or ``num_parts``) of ``partdir/assignment.zarr`` (docs/design.md#stores)."""
     import zarr
 
     path = Path(partdir) / "assignment.zarr"

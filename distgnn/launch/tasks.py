@@ -3,7 +3,7 @@
 Both are ``submitit.helpers.Checkpointable``: on submitit's signal (SIGUSR2 by default, sent before
 a time limit or on preemption) submitit calls ``checkpoint()`` in the task of global rank 0 only;
 it returns the same task with ``--resume`` added, and submitit requeues the job, which then resumes
-from the trainer's newest periodic checkpoint (docs/design.md, section 6). The trainer writes its own checkpoints
+from the trainer's newest periodic checkpoint (docs/design.md#checkpoints). The trainer writes its own checkpoints
 every ``--checkpoint-every`` epochs; nothing is saved here.
 """
 from __future__ import annotations

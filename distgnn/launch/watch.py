@@ -1,4 +1,4 @@
-"""Wait for a submitted job without ever waiting forever (docs/design.md, section 7).
+"""Wait for a submitted job without ever waiting forever (docs/design.md#launch).
 
 submitit learns a Slurm job's state from ``sacct``; on a cluster without accounting a job that dies
 before writing its result file (e.g. an abort inside MPI_Init) would be waited for forever. Here the

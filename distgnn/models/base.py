@@ -1,4 +1,4 @@
-"""What a model trained by distgnn receives and must declare (docs/design.md, "Models").
+"""What a model trained by distgnn receives and must declare (docs/design.md#own-model).
 
 A model is a torch module that knows nothing about graphs, partitions or MPI. Its forward is
 ``model(x, aggregate, dropout=None, x_aggregate=None) -> logits``:
@@ -20,7 +20,7 @@ A model is a torch module that knows nothing about graphs, partitions or MPI. It
   LeakyReLU_0.2(el[u] + er[v]) weighting z[u], exact across parts (or the algorithm's delayed
   version), with the keyed attention dropout in training; ``inputs = (h [n_src, I], W [H D, I])``
   declares z = (h W^T).view(n, H, D), which lets cd-r weight h and apply the current W after the
-  merge (docs/design.md, "Attention under cd-r"); differentiable in z, el, er (and h, W).
+  merge (docs/design.md#input-form); differentiable in z, el, er (and h, W).
 
 Three attributes tell the trainer how to run it (and ``uses_attention``, above):
 

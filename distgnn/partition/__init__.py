@@ -1,5 +1,5 @@
 """Vertex-cut partitioning: ``assignment.zarr`` (which edge goes where, which replica is the root)
-and one ``part_<k>.zarr`` per partition, the stores the trainer reads (docs/design.md, section 3).
+and one ``part_<k>.zarr`` per partition, the stores the trainer reads (docs/design.md#stores).
 
 Stages (each a CLI command, each a Snakemake rule): :func:`~distgnn.partition.assign.assign_graph`
 writes ``<DIR>/assignment.zarr``; :func:`~distgnn.partition.build.build_part` writes

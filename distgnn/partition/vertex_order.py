@@ -1,4 +1,4 @@
-"""Locality orders of a part's local ids (``distgnn partition --order``, docs/design.md section 3).
+"""Locality orders of a part's local ids (``distgnn partition --order``, docs/design.md#vertex-order).
 
 The aggregation kernel gathers one source row per edge, at random; on a power-law graph the rows
 it gathers most (the hubs') are scattered over the whole table and its 4 KB pages. A part's build

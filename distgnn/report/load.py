@@ -1,7 +1,7 @@
 """Read the runs of a store: every ``summary.json`` under a folder and the ``metrics.jsonl`` beside it.
 
-Provenance (store, method, P, algorithm, apply mode) comes from ``summary.json`` (docs/design.md,
-section 6), never from paths.
+Provenance (store, method, P, algorithm, apply mode) comes from ``summary.json`` (docs/design.md#summary-keys),
+never from paths.
 """
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 
 from distgnn.errors import DistgnnError
 
-#: summary.json keys the report needs (a subset of docs/design.md, section 6).
+#: summary.json keys the report needs (a subset of docs/design.md#summary-keys).
 SUMMARY_KEYS = ("store", "method", "num_parts", "algo", "epochs", "replication_factor",
                 "mean_epoch_time_s", "best_val", "test_at_best_val", "final_test", "bytes_forward",
                 "bytes_backward", "bytes_gradients", "peak_rss_bytes")
-#: metrics.jsonl keys of every epoch line (docs/design.md, section 6); eval epochs add train, val, test.
+#: metrics.jsonl keys of every epoch line (docs/design.md#metrics-keys); eval epochs add train, val, test.
 METRIC_KEYS = ("epoch", "loss", "epoch_time_s", "time_aggregate_s", "time_exchange_wait_s",
                "time_dense_s", "time_allreduce_s", "bytes_forward", "bytes_backward",
                "bytes_gradients", "peak_rss_bytes")
@@ -67,7 +67,7 @@ def read_summary(path: Path) -> dict[str, Any]:
         raise DistgnnError(f"{path}: expected a JSON object")
     missing = [k for k in SUMMARY_KEYS if k not in summary]
     if missing:
-        raise DistgnnError(f"{path}: missing keys {', '.join(missing)} (docs/design.md, section 6)")
+        raise DistgnnError(f"{path}: missing keys {', '.join(missing)} (docs/design.md#summary-keys)")
     return summary
 
 
@@ -84,7 +84,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             raise DistgnnError(f"{path}:{number}: not a JSON line ({exc.msg})") from exc
         missing = [k for k in METRIC_KEYS if k not in record]
         if missing:
-            raise DistgnnError(f"{path}:{number}: missing keys {', '.join(missing)} (docs/design.md, section 6)")
+            raise DistgnnError(f"{path}:{number}: missing keys {', '.join(missing)} (docs/design.md#metrics-keys)")
         epochs.append(record)
     if not epochs:
         raise DistgnnError(f"{path}: no epochs")

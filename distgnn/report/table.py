@@ -74,7 +74,7 @@ def markdown(table: pd.DataFrame) -> str:
                   "cd-<r>-orig is the DistGNN paper's cd-r; cd-<r> is distgnn's variant (it keeps "
                   "the last delivered remote part between deliveries); a run label ending in "
                   "-replicas or -root names a non-default apply mode, one starting with gcn- or "
-                  "gin- the model (docs/design.md, section 6).",
+                  "gin- the model (docs/design.md#models).",
                   "",
                   "Per epoch, steady state (epoch 1 and, for cd-r, the first 2r left out). Times in ms, "
                   "each the max over ranks (so the parts may add up to more than the epoch; "

@@ -1,5 +1,5 @@
-"""Epoch time of one training run at P ranks, per algorithm and apply mode (docs/design.md's
-message pattern).
+"""Epoch time of one training run at P ranks, per algorithm and apply mode (the message pattern of
+docs/design.md#scaling-model).
 
 Per rank (the slowest one sets the epoch):
 

@@ -1,1 +1,1 @@
-"""Full-batch distributed training: one MPI rank per partition (docs/design.md, section 6)."""
+"""Full-batch distributed training: one MPI rank per partition (docs/design.md#training)."""

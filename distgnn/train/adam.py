@@ -1,11 +1,12 @@
 """Adam, the same update as ``torch.optim.Adam`` on CPU (its single-tensor path, L2 weight decay),
 without torch.optim's start-up cost.
 
-Why not ``torch.optim.Adam``: in torch 2.13 constructing it imports ``torch._dynamo`` (measured
-3.3 s of CPU per process here), which every rank of every training job, prediction and test run
-paid; on one node of P ranks that is P x 3.3 s before the first epoch. The update below is
-torch's, operation for operation, so the two agree bit for bit (tests/test_adam.py checks it
-against ``torch.optim.Adam`` over many steps, with and without weight decay).
+Why not ``torch.optim.Adam``: constructing it imports ``torch._dynamo`` (torch 2.13), seconds of
+CPU that every rank of every training job, prediction and test run would pay before its first
+step, P times over on a node of P ranks (bench/README.md, "Start-up: Adam without
+torch.optim"). The update below is torch's, operation for operation, so the two agree bit for bit
+(tests/test_adam.py checks it against ``torch.optim.Adam`` over many steps, with and without
+weight decay).
 """
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ def parse_algorithm(name: str) -> Algorithm:
     return Algorithm(name, int(match.group(3)), exchange=True, original=bool(match.group(4)))
 
 
-#: where the dense work runs (``--apply``); see docs/design.md, "Where the dense work runs"
+#: where the dense work runs (``--apply``); see docs/design.md#apply-at-root
 APPLY_MODES = ("auto", "root", "replicas")
 
 

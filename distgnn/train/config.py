@@ -1,5 +1,5 @@
 """Training settings and their checks: pure Python, so the CLI can build its parser and refuse bad
-options without importing torch (docs/design.md, section 6)."""
+options without importing torch (docs/design.md#training)."""
 from __future__ import annotations
 
 import math
@@ -54,7 +54,7 @@ class TrainConfig:
     #: root; False turns it off there)
     delayed_gradients: bool | None = None
     #: cd-r under root: the roots' rows reach the leaves every step (exact, with their adjoint);
-    #: only the leaves' partials are delayed (docs/design.md, section 6)
+    #: only the leaves' partials are delayed (docs/design.md#fresh-copies)
     fresh_copies: bool = False
     #: seconds without a heartbeat after which a rank counts as silent and the job is ended
     #: (distgnn/train/watchdog.py; 0: no watchdog). Not an epoch time limit.
@@ -77,7 +77,7 @@ class TrainConfig:
 
 
 def resolve_delayed_gradients(value: bool | None, algorithm: Algorithm, apply: str) -> bool:
-    """Whether cd-r's gradients travel back (docs/design.md, section 6): by default for cd-r at the
+    """Whether cd-r's gradients travel back (docs/design.md#cd-r-at-the-root): by default for cd-r at the
     root, never elsewhere; asking for them where they do not apply is refused in one line."""
     applies = algorithm.delay > 0 and not algorithm.original and apply == "root"
     if value and not applies:
@@ -88,7 +88,7 @@ def resolve_delayed_gradients(value: bool | None, algorithm: Algorithm, apply: s
 
 def check_attention(config: TrainConfig, algorithm: Algorithm, who: str) -> None:
     """Refuse, in one line naming ``who``, what attention cannot run under: cd-r-orig, cd-r on
-    the replicas and bf16 (docs/design.md, "Graph attention across parts")."""
+    the replicas and bf16 (docs/design.md#gat)."""
     if algorithm.original:
         raise DistgnnError(f"{who}: {algorithm.name} has no attention rule; use cd-"
                            f"{algorithm.delay} (at the root)")

@@ -3,12 +3,12 @@
 ``estimate_rank_memory(partdir, k, layers, hidden, algo)`` is the figure the launcher checks before
 starting ``distgnn train`` (it reads only attributes: no array is loaded). Components, in bytes:
 
-* ``baseline``: the interpreter with torch, mpi4py, zarr and the native module imported (measured:
-  :func:`measure_baseline`; the default was measured on the development machine);
+* ``baseline``: the interpreter with torch, mpi4py, zarr and the native module imported
+  (:data:`DEFAULT_BASELINE_BYTES`, or :func:`measure_baseline` on the machine at hand: this
+  module's ``--measure-baseline``, ``bench/full_size.py``);
 * ``runtime``: what a rank holds beyond its imports before any graph-sized tensor (thread pools,
-  lazily loaded kernels, MPI's segments; the default :data:`RUNTIME_OVERHEAD_BYTES` was fitted on
-  the development machine; :func:`fit_runtime` measures it from a run on a graph too small to
-  matter, where the other components are near zero);
+  lazily loaded kernels, MPI's segments): :data:`RUNTIME_OVERHEAD_BYTES`, or :func:`fit_runtime`
+  measured from a run on a graph too small to matter, where the other components are near zero;
 * ``features``: feat float32 [n_k, F], labels, masks, and (``input_cache``) layer 0's aggregate
   of feat, float32 [n_k, F], and for 0c and cd-r at P > 1 with layer 0 aggregating first their
   own kept layer-0 aggregate, one more [n_k, F];
@@ -24,13 +24,12 @@ starting ``distgnn train`` (it reads only attributes: no array is loaded). Compo
 Under apply-at-root (``apply`` resolving to ``root``) the dense rows are the part's roots: the input
 cache, the saved activations and the widest layer's working set count n_roots rows, while the
 features count all n_k rows. The kernel's n_k-row source table and partials live only inside one
-aggregation and do not raise the peak (refit of 2026-12-02: synth-products x0.1 and x0.25, cd-0,
-P = 2, measured peak over estimate 0.80 with an n_k-row working set, 0.89 with a root-sized one;
-on the replicas 0.92-0.93, at P = 1 1.00-1.02). GAT keeps an n_k-row working set (its partials
-m, s, q are as wide as its rows; not refitted).
+aggregation and do not raise the peak: counting them overestimates the root mode's peak. GAT
+keeps an n_k-row working set (its partials m, s, q are as wide as its rows).
 
-Calibrated against measured ``peak_rss_bytes`` (``bench/full_size.py`` prints the ratio); the
-constants below name the counts of [n_k, width] float32 tensors they stand for.
+Calibrated against measured ``peak_rss_bytes`` (``bench/full_size.py`` prints the ratio; the fits
+and their figures: bench/README.md, "Memory estimate calibration"); the constants below name the
+counts of [n_k, width] float32 tensors they stand for.
 """
 from __future__ import annotations
 
@@ -44,11 +43,12 @@ from pathlib import Path
 from distgnn.errors import DistgnnError
 
 #: RSS of ``python -c "import torch, mpi4py.MPI, zarr, distgnn._native, distgnn.train.trainer"``
-#: measured on the development machine (241 MiB; 2-core Xeon, torch 2.13 CPU): measure_baseline().
+#: as measure_baseline() found it on the development machine (bench/README.md, "Memory estimate
+#: calibration"); the checks of ``launch`` and ``train`` use it, ``--measure-baseline`` measures.
 DEFAULT_BASELINE_BYTES = 241 * 2**20
 #: What a rank holds beyond its imports before any graph-sized tensor (torch's and OpenMP's
-#: thread pools, lazily loaded kernels, MPI's shared-memory segments): fitted on runs at two
-#: graph sizes (synth-reddit 0.05 and 0.2, P = 1), as the intercept of measured peak RSS.
+#: thread pools, lazily loaded kernels, MPI's shared-memory segments): the intercept of measured
+#: peak RSS against graph size (bench/README.md, "Memory estimate calibration").
 RUNTIME_OVERHEAD_BYTES = 90 * 2**20
 #: [n_k, w] float32 tensors autograd keeps per hidden layer: ReLU output, dropout output.
 SAVED_PER_HIDDEN_LAYER = 2
@@ -114,7 +114,7 @@ def layer_widths(feat_dim: int, hidden: int, num_classes: int, layers: int,
     """(in, out, aggregation width) per layer; GraphSAGE and GCN aggregate at the narrower width
     (their linear map first when it narrows), GIN at its input width (its MLP is not linear),
     GAT its heads x hidden rows plus one score per head (one head in the output layer; cd-r's
-    input form, docs/design.md, is never wider)."""
+    input form, docs/design.md#input-form, is never wider)."""
     if model == "gat":
         dims = [feat_dim] + [hidden * heads] * (layers - 1) + [num_classes]
         return [(dims[i], dims[i + 1], dims[i + 1] + (heads if i < layers - 1 else 1))

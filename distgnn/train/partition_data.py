@@ -1,4 +1,4 @@
-"""Load one partition (``part_<k>.zarr``, docs/design.md, section 3) into typed tensors for training."""
+"""Load one partition (``part_<k>.zarr``, docs/design.md#stores) into typed tensors for training."""
 from __future__ import annotations
 
 import os

@@ -6,8 +6,8 @@ computed once. The rows are written in global id order: each chunk of the output
 rank (chunk c belongs to rank c mod P); rows travel to their chunk's owner in rounds of P chunks
 (memory per rank: about P chunks), and each owner writes whole chunks, so no two ranks ever write
 one chunk. The store is written under a temporary name and renamed by rank 0 when every rank is
-done (docs/design.md, section 6, "Evaluation, metrics, summary"); an old store stays in place
-until the new one replaces it (:func:`distgnn.atomic.commit_dir`).
+done (docs/design.md#predictions); an old store stays in place until the new one replaces it
+(:func:`distgnn.atomic.commit_dir`).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A step: forward over the rows the dense work runs on with the algorithm's aggregation, loss
 summed over this rank's root training vertices divided by the global training count, backward,
 gradients summed over ranks (one allreduce), Adam. Evaluation: the exact aggregation, no dropout,
-metrics counted at roots (docs/design.md#summary-keys).
+metrics counted at roots (docs/design.md#evaluation).
 """
 from __future__ import annotations
 

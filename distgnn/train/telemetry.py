@@ -1,5 +1,5 @@
 """What a run reports: one ``metrics.jsonl`` record per epoch and ``summary.json`` at the end
-(docs/design.md#summary-keys).
+(docs/design.md#metrics-keys, docs/design.md#summary-keys).
 
 Each rank measures its own epoch (wall time, the timed parts, bytes posted by kind, peak memory);
 one gather per epoch brings the figures to rank 0, which keeps the largest time and memory and

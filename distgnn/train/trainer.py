@@ -7,7 +7,7 @@ model, aggregation), resume from the newest checkpoint if asked, then per epoch 
 appends it to ``metrics.jsonl``) and, every ``--checkpoint-every`` epochs, a checkpoint
 (:mod:`distgnn.train.checkpoint`). At the end the watchdog stops on every rank, and only then
 does rank 0 write ``summary.json`` and ``model.pt``, so a slow final write is never taken for a
-hang (docs/design.md#summary-keys, #watchdog).
+hang (docs/design.md#metrics-keys, docs/design.md#summary-keys, docs/design.md#watchdog).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ silent. The lowest-numbered rank that still beats prints one line naming the sil
 they were doing and where it was waiting itself, and every rank that sees the silence ends its
 process (exit status 3); mpiexec and srun (``--kill-on-bad-exit``) then end the rest. Checkpoints
 already written stay. This watches liveness, not epoch length: a long epoch whose ranks are all
-alive is never ended (docs/design.md, section 7). The files sit in the run folder because it is
+alive is never ended (docs/design.md#watchdog). The files sit in the run folder because it is
 shared by all ranks of a job (a cluster's network filesystem); no MPI call is made from the thread.
 """
 from __future__ import annotations

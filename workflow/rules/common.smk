@@ -9,7 +9,7 @@ from snakemake.exceptions import WorkflowError
 
 
 def datasets_by_store():
-    """Store name (docs/design.md, section 2: dataset[-x<scale>][-d<D>][-l<F>][-rownorm][-seed<N>],
+    """Store name (docs/design.md#pipeline: dataset[-x<scale>][-d<D>][-l<F>][-rownorm][-seed<N>],
     or `name`) -> its dataset entry."""
     return {
         store_name(d["dataset"], d.get("scale", 1.0), d.get("seed", 0), d.get("name"),

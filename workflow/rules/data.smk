@@ -1,4 +1,4 @@
-# fetch: download, read or generate a dataset into the canonical graph store (docs/design.md, section 3).
+# fetch: download, read or generate a dataset into the canonical graph store (docs/design.md#datasets).
 
 
 rule fetch:

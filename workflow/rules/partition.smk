@@ -1,4 +1,4 @@
-# assign (edge -> partition, roots) then build one part_<k>.zarr per partition, in parallel (docs/design.md, section 4).
+# assign (edge -> partition, roots) then build one part_<k>.zarr per partition, in parallel (docs/design.md#partitioning).
 
 
 rule assign:

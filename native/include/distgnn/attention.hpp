@@ -1,5 +1,5 @@
 // Graph attention over a CSR by destination, in the mergeable form a vertex-cut needs
-// (docs/design.md, "Graph attention across parts").
+// (docs/design.md#attention-across-parts).
 //
 // For destination v, head h, over its in-edges u -> v (plus the self loop v -> v when v < n_self):
 //

@@ -81,7 +81,7 @@ inline bool any_bit(const uint64_t* s, int64_t words) {
 inline void set_bit(uint64_t* s, int p) { s[p >> 6] |= uint64_t{1} << (p & 63); }
 inline bool has_bit(const uint64_t* s, int p) { return (s[p >> 6] >> (p & 63)) & 1; }
 
-// Libra (docs/design.md, section 4): for edge (u, v) with replica sets A(u), A(v):
+// Libra (docs/design.md#partitioning): for edge (u, v) with replica sets A(u), A(v):
 //   both empty -> least-loaded partition overall; one empty -> least-loaded of the other's set;
 //   A(u) & A(v) non-empty -> least-loaded common partition; disjoint -> least-loaded partition of
 //   the lower-degree endpoint (degree = in + out; ties -> u's set), the other endpoint gains a
