@@ -1,6 +1,7 @@
 """Checkpoint bookkeeping: only folders with a manifest count; two are kept; settings must match."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,25 @@ def test_a_checkpoint_from_before_models_resumes_graphsage_only(tmp_path: Path) 
     assert ckpt.newest_checkpoint(tmp_path, {**HYPER, "model": "sage"})[0] == 4
     with pytest.raises(DistgnnError, match="model='sage', not 'gcn'"):
         ckpt.newest_checkpoint(tmp_path, {**HYPER, "model": "gcn"})
+
+
+def test_a_checkpoint_of_another_format_is_refused(tmp_path: Path) -> None:
+    """Format 1 (before distgnn/exchange) stored the exchange's state in another shape: refused
+    in one line, not a KeyError deep in load_state_dict."""
+    folder = make(tmp_path, 5, manifest=True)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["format"]
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DistgnnError, match="checkpoint format 1, this distgnn reads 2"):
+        ckpt.newest_checkpoint(tmp_path, HYPER)
+
+
+def test_a_checkpoint_of_another_partition_is_refused(tmp_path: Path) -> None:
+    identity = ckpt.partition_identity({"P": 2, "assignment_checksum": "a" * 32,
+                                        "vertex_order": "dbg"})
+    folder = ckpt.checkpoint_dir(tmp_path, 5)
+    folder.mkdir(parents=True)
+    ckpt.write_manifest(folder, 5, HYPER, num_parts=2, partition=identity)
+    assert ckpt.newest_checkpoint(tmp_path, HYPER, identity)[0] == 5
+    with pytest.raises(DistgnnError, match="assignment_checksum='aaaa"):
+        ckpt.newest_checkpoint(tmp_path, HYPER, {**identity, "assignment_checksum": "b" * 32})
