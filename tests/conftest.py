@@ -70,11 +70,11 @@ def npy_graph(tmp_path: Path) -> tuple[Path, dict[str, np.ndarray]]:
 
 
 def mpiexec(num_ranks: int, *args: str, env: dict | None = None, timeout: float = 300,
-            module: bool = True) -> subprocess.CompletedProcess:
+            module: bool = True, launcher_options: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run ``python -m distgnn ARGS`` (or ``python ARGS`` when not ``module``) under
-    ``mpiexec --oversubscribe -n num_ranks``, one thread per rank."""
+    ``mpiexec --oversubscribe [launcher_options] -n num_ranks``, one thread per rank."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    command = ["mpiexec", "--oversubscribe", "-n", str(num_ranks), sys.executable]
+    command = ["mpiexec", "--oversubscribe", *launcher_options, "-n", str(num_ranks), sys.executable]
     command += ["-m", "distgnn"] if module else []
     return subprocess.run(command + [str(a) for a in args], env=full_env, capture_output=True,
                           text=True, timeout=timeout)

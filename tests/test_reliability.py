@@ -300,3 +300,76 @@ def test_negative_threads_is_one_line_and_help_says_zero_is_all_cores(
         cli.main([command, "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "--threads T" in help_text and "(0: all cores;" in help_text, help_text
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path):
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"this test needs root to mount a tmpfs: {proc.stderr}"
+    yield mount
+    subprocess.run(["umount", str(mount)], check=True)
+
+
+def damage_feature_chunk(parts: Path, k: int) -> None:
+    chunk = next(p for p in sorted((parts / f"part_{k}.zarr" / "feat").rglob("*"))
+                 if p.is_file() and p.name != "zarr.json")
+    with open(chunk, "r+b") as f:
+        f.truncate(10)
+
+
+def agreed_error(proc: subprocess.CompletedProcess, quiet: bool) -> str:
+    """The run's one error line: exit 2, no MPI_Abort banner nor ORTE_ERROR_LOG; with mpiexec -q
+    (Open MPI's own note about ranks that exit non-zero silenced) nothing else at all."""
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "MPI_ABORT" not in proc.stderr and "ORTE_ERROR_LOG" not in proc.stderr, proc.stderr
+    line = one_line(proc)
+    if quiet:
+        assert proc.stderr.splitlines() == [line], proc.stderr
+    return line
+
+
+@pytest.fixture(scope="module")
+def three_parts(tmp_path_factory) -> tuple[Path, Path]:
+    return partitioned_twin(tmp_path_factory.mktemp("rel3"), 3)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+@pytest.mark.parametrize("case", ["damaged-part", "read-only-out", "graph-store"])
+def test_a_set_up_error_on_one_rank_is_one_agreed_line(case: str, ranks: int, two_parts,
+                                                       three_parts, tmp_path: Path,
+                                                       request) -> None:
+    """An error one rank finds while it sets up ends every rank through MPI's normal
+    finalisation: rank 0 prints one line naming the rank and host, exit 2, no abort banner, no
+    finished-looking run (docs/design.md#errors-across-ranks)."""
+    graph, parts = two_parts if ranks == 2 else three_parts
+    run = tmp_path / "run"
+    if case == "damaged-part":
+        parts = copy_parts(parts, tmp_path)
+        damage_feature_chunk(parts, ranks - 1)
+        expected = f"rank {ranks - 1} ("
+    elif case == "read-only-out":
+        run = request.getfixturevalue("read_only_folder") / "run"
+        expected = "rank 0 ("
+    else:
+        parts = graph           # a graph store, not a partition folder: every rank alike
+        expected = "not a partition folder"
+    for quiet in (False, True):
+        proc = mpiexec(ranks, "train", parts, "--epochs", "1", "--out", run, "--quiet",
+                       launcher_options=("-q",) if quiet else ())
+        line = agreed_error(proc, quiet)
+        assert expected in line and "distgnn train: error:" in line, line
+        assert not (run / "summary.json").exists()
+
+
+@pytest.mark.mpi
+def test_two_ranks_failing_at_once_give_one_line_naming_the_lowest(three_parts, tmp_path: Path) -> None:
+    parts = copy_parts(three_parts[1], tmp_path)
+    damage_feature_chunk(parts, 1)
+    damage_feature_chunk(parts, 2)
+    line = agreed_error(mpiexec(3, "train", parts, "--epochs", "1", "--out", tmp_path / "run",
+                                launcher_options=("-q",)), quiet=True)
+    assert "rank 1 (" in line and "part_1.zarr" in line and "part_2.zarr" not in line

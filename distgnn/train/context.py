@@ -21,6 +21,7 @@ from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.exchange import Aggregation, build_aggregation
 from distgnn.models import build_model
+from distgnn.train.agreement import agreed
 from distgnn.train.algorithms import Algorithm, resolve_apply
 from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients
 from distgnn.train.partition_data import PartitionData, load_partition, read_assignment_attrs
@@ -58,7 +59,7 @@ class RankContext:
 
 def check_ranks(partition_dir: str | os.PathLike, comm: Communicator) -> dict[str, Any]:
     """The assignment's attributes, refusing (on every rank alike) a rank count other than P."""
-    attrs = read_assignment_attrs(partition_dir)
+    attrs = agreed(comm, lambda: read_assignment_attrs(partition_dir))
     num_parts = int(attrs["P"])
     if comm.size != num_parts:
         raise CollectiveError(f"{partition_dir} has {num_parts} parts but {comm.size} ranks were "
@@ -77,7 +78,8 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
     partition_dir = Path(partition_dir)
     if config.memory_check:
         check_memory(partition_dir, config, comm)
-    part = load_partition(partition_dir, comm.rank, huge_pages=config.huge_pages)
+    part = agreed(comm, lambda: load_partition(partition_dir, comm.rank,
+                                               huge_pages=config.huge_pages))
     check_consistency(partition_dir, part, assignment, comm)
     apply = resolve_apply(config.apply, algorithm)
     timers = Timers()
@@ -86,7 +88,7 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
     eval_comm = comm.dup()
     torch.manual_seed(config.seed)
     if model is None and config.model.startswith("custom:"):
-        raise DistgnnError(f"{config.model}: a user's model is trained from Python "
+        raise CollectiveError(f"{config.model}: a user's model is trained from Python "
                            f"(distgnn.train_model), not rebuilt from its name")
     num_classes = int(part.attrs["num_classes"])
     if model is None:
@@ -121,10 +123,10 @@ def check_memory(partition_dir: Path, config: TrainConfig, comm: Communicator) -
     from distgnn.train.memory_estimate import available_memory_bytes, estimate_rank_memory
 
     c = config
-    mine = estimate_rank_memory(partition_dir, comm.rank, c.layers, c.hidden, c.algo,
-                                input_cache=c.input_cache and c.model != "gat", apply=c.apply,
-                                model=c.model if c.model in ("gcn", "gin", "gat") else "sage",
-                                heads=c.heads)
+    mine = agreed(comm, lambda: estimate_rank_memory(
+        partition_dir, comm.rank, c.layers, c.hidden, c.algo,
+        input_cache=c.input_cache and c.model != "gat", apply=c.apply,
+        model=c.model if c.model in ("gcn", "gin", "gat") else "sage", heads=c.heads))
     need, available = comm.node_sum_and_min(mine, available_memory_bytes())
     ratio, need, available = comm.max((need / max(available, 1), need, available))
     if available and ratio > 1.0:
@@ -152,8 +154,14 @@ def check_consistency(partition_dir: Path, part: PartitionData, assignment: dict
                               f"{assignment.get('checksum')}) is not the assignment the parts were "
                               f"built from ({everyone[0][1]}): rebuild the parts (distgnn partition "
                               f"build) or restore the assignment")
+    agreed(comm, lambda: check_graph_unchanged(partition_dir, attrs) if comm.rank == 0 else None)
+
+
+def check_graph_unchanged(partition_dir: Path, attrs: dict[str, Any]) -> None:
+    """The graph store the parts were built from, where it still exists, has the checksum they
+    recorded."""
     graph = attrs.get("graph")
-    if comm.rank == 0 and graph and Path(graph).exists():
+    if graph and Path(graph).exists():
         import zarr
 
         now = dict(zarr.open_group(str(graph), mode="r").attrs).get("checksum")

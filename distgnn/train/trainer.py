@@ -29,6 +29,7 @@ from distgnn.memory import huge_page_bytes, thp_mode
 from distgnn.progress import is_quiet
 from distgnn.train import checkpoint as ckpt
 from distgnn.train.adam import Adam
+from distgnn.train.agreement import agreed
 from distgnn.train.algorithms import run_name
 from distgnn.train.config import TrainConfig, check_config
 from distgnn.train.context import RankContext, check_ranks, open_rank
@@ -77,9 +78,9 @@ class Trainer:
         finally:
             if watchdog is not None:
                 watchdog.stop()
-        if self.comm.rank != 0:
-            return None
-        return self._write_outputs(records, per_rank)
+        # every rank waits for rank 0's writes, so a failure there is one agreed line
+        return agreed(self.comm, lambda: self._write_outputs(records, per_rank)
+                      if self.comm.rank == 0 else None)
 
     # -- the run, under the watchdog -----------------------------------------------------------
     def _train(self) -> list[dict[str, Any]]:
@@ -151,23 +152,27 @@ class Trainer:
 
     # -- the run folder ------------------------------------------------------------------------
     def _make_run_dir(self) -> None:
-        if self.comm.rank == 0:
+        """Rank 0 makes the run folder (an agreed step: its failure is every rank's one line)."""
+        def make() -> None:
+            if self.comm.rank != 0:
+                return
             try:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise DistgnnError(f"--out {self.run_dir}: cannot create ({exc.strerror})") from exc
             if not os.access(self.run_dir, os.W_OK):
                 raise DistgnnError(f"--out {self.run_dir}: not writable")
-        self.comm.barrier()
+        agreed(self.comm, make)
 
     def _clear_previous_outputs(self) -> None:
         """A new run (no --resume) starts from an empty folder: the previous run's outputs and
         checkpoints are removed once this one has loaded."""
-        if self.comm.rank == 0 and not self.config.resume:
-            for name in ("metrics.jsonl", "summary.json", "model.pt"):
-                (self.run_dir / name).unlink(missing_ok=True)
-            shutil.rmtree(self.run_dir / "checkpoints", ignore_errors=True)
-        self.comm.barrier()
+        def clear() -> None:
+            if self.comm.rank == 0 and not self.config.resume:
+                for name in ("metrics.jsonl", "summary.json", "model.pt"):
+                    (self.run_dir / name).unlink(missing_ok=True)
+                shutil.rmtree(self.run_dir / "checkpoints", ignore_errors=True)
+        agreed(self.comm, clear)
 
     def _read_records(self) -> list[dict[str, Any]]:
         path = self.run_dir / "metrics.jsonl"
