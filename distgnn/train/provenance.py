@@ -11,9 +11,9 @@ def versions() -> dict[str, Any]:
     import numpy
     import torch
     import zarr
-    from mpi4py import MPI
 
     import distgnn
+    from distgnn.comm import mpi_library_version
 
     from importlib.metadata import PackageNotFoundError, version
 
@@ -22,7 +22,7 @@ def versions() -> dict[str, Any]:
     except PackageNotFoundError:
         own = getattr(distgnn, "__version__", "unknown")
     return {"distgnn": own, "torch": torch.__version__, "numpy": numpy.__version__,
-            "zarr": zarr.__version__, "mpi": MPI.Get_library_version().splitlines()[0].strip()}
+            "zarr": zarr.__version__, "mpi": mpi_library_version().splitlines()[0].strip()}
 
 
 def git_commit() -> str | None:
