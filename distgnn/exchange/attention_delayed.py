@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from distgnn.attention import local_attention, merge
-from distgnn.comm import RowPlan
+from distgnn.comm import Direction, RowPlan, Traffic
 from distgnn.errors import DistgnnError
 from distgnn.exchange.collectives import Broadcast
 from distgnn.exchange.mailbox import Mailbox
@@ -165,7 +165,7 @@ class StalePartials(torch.autograd.Function):
                          else grad_delivered[schedule.reduce_positions[b]])
             got = schedule.post_and_take_gradient(
                 ctx.state.mailbox, "partials_grad", e, intensive_gradient(ctx.sent, grad_sent, H),
-                bins.reduce_root, bins.reduce_leaf, "broadcast")
+                bins.reduce_root, bins.reduce_leaf, Direction.BROADCAST)
             if got is not None:
                 grad_p[bins.reduce_leaf.ids] += extensive_gradient(ctx.mine, got, H)
         return grad_p, None, None, None, None, None
@@ -208,10 +208,10 @@ class DelayedAttention:
                 state.partials[schedule.reduce_positions[b]] = box.take("partials", e - r)
         own_rows = torch.cat([values.rows, el], 1)
         if self.fresh_copies:
-            src = Broadcast.apply(own_rows, n_local, self.plans, comm, timers, "forward")
+            src = Broadcast.apply(own_rows, n_local, self.plans, comm, timers, Traffic.FORWARD)
             dst = Broadcast.apply(er, n_local, broadcast_to(self.plans.reduce_leaf,
                                                             self.plans.reduce_root),
-                                  comm, timers, "forward")
+                                  comm, timers, Traffic.FORWARD)
         else:
             src = StaleCopies.apply(own_rows, state.sources, schedule, box, "sources_grad",
                                     bins.bcast_leaf, bins.bcast_root, e)
@@ -225,11 +225,11 @@ class DelayedAttention:
         with timers("exchange_wait"):
             if not self.fresh_copies:
                 schedule.post(box, "sources", e, own_rows[bins.bcast_root.ids], bins.bcast_root,
-                              bins.bcast_leaf, "broadcast")
+                              bins.bcast_leaf, Direction.BROADCAST)
                 schedule.post(box, "destinations", e, er[bins.reduce_root.ids], bins.reduce_root,
-                              bins.reduce_leaf, "broadcast")
+                              bins.reduce_leaf, Direction.BROADCAST)
             schedule.post(box, "partials", e, p[bins.reduce_leaf.ids], bins.reduce_leaf,
-                          bins.reduce_root, "reduce")
+                          bins.reduce_root, Direction.REDUCE)
         state.step += 1
         own, got = StalePartials.apply(p, state.partials, schedule, state, e, H)
         return values.output(merge(own[:, :H], own[:, H:2 * H], own[:, 2 * H:].view(n_roots, H, V),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from distgnn.attention import local_attention, merge
-from distgnn.comm import Communicator, RowPlan
+from distgnn.comm import Communicator, RowPlan, Traffic
 from distgnn.exchange.collectives import Broadcast, GatherAtRoot
 from distgnn.exchange.plans import RootPlans
 from distgnn.train.partition_data import PartitionData
@@ -14,7 +14,7 @@ from distgnn.train.timers import Timers
 
 def exact_attention(part: PartitionData, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
                     sources: RootPlans, destinations: RootPlans, comm: Communicator, timers: Timers,
-                    kind: str, dropout, threads: int) -> torch.Tensor:
+                    kind: Traffic, dropout, threads: int) -> torch.Tensor:
     """Softmax attention at the roots, exact across parts, [n_roots, H, D] from the roots' z
     [n_roots, H, D], el and er [n_roots, H]: z and el go to the leaves with local out-edges
     (``sources``), er to those with local in-edges (``destinations``); every part computes
@@ -38,7 +38,7 @@ def exact_attention(part: PartitionData, z: torch.Tensor, el: torch.Tensor, er: 
 
 def merge_at_roots(m: torch.Tensor, s: torch.Tensor, q: torch.Tensor, n_roots: int,
                    leaf_plan: RowPlan, root_plan: RowPlan, comm: Communicator, timers: Timers,
-                   kind: str) -> torch.Tensor:
+                   kind: Traffic) -> torch.Tensor:
     """The roots' attention output [n_roots, H, D] from every local row's partials (m, s
     [n_k, H], q [n_k, H, D]): the leaves of ``leaf_plan`` send theirs (2H + H D values a row) to
     their roots, which merge them with their own (:func:`distgnn.attention.merge`)."""

@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import torch
 
-from distgnn.comm import Communicator, RowPlan
+from distgnn.comm import Communicator, Direction, RowPlan, Traffic
 from distgnn.exchange.plans import RootPlans
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
 
 
-def training_direction(kind: str, direction: str) -> str | None:
+def training_direction(kind: Traffic, direction: Direction) -> Direction | None:
     """Directions are counted for training traffic only (evaluation and set-up have their own
     counters)."""
-    return None if kind in ("eval", "setup") else direction
+    return None if kind in (Traffic.EVAL, Traffic.SETUP) else direction
 
 
-def reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, kind: str,
+def reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, kind: Traffic,
                      timers: Timers) -> torch.Tensor:
     """Every replica of a split vertex gets the sum of all replicas' rows (leaves -> root ->
     leaves); x [n_k, w] -> [n_k, w]."""
@@ -30,11 +30,11 @@ def reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, k
         return x
     with timers("exchange_wait"):
         received = comm.exchange_rows(x[part.leaf_send.ids], part.leaf_send, part.root_recv, kind,
-                                      training_direction(kind, "reduce"))
+                                      training_direction(kind, Direction.REDUCE))
         total = x.clone()
         total.index_add_(0, part.root_recv.ids, received)
         back = comm.exchange_rows(total[part.root_recv.ids], part.root_recv, part.leaf_send, kind,
-                                  training_direction(kind, "broadcast"))
+                                  training_direction(kind, Direction.BROADCAST))
         total[part.leaf_send.ids] = back
     return total
 
@@ -45,13 +45,14 @@ class ReduceBroadcast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, p: torch.Tensor, part: PartitionData, comm: Communicator, timers: Timers,
-                kind: str) -> torch.Tensor:
+                kind: Traffic) -> torch.Tensor:
         ctx.part, ctx.comm, ctx.timers = part, comm, timers
         return reduce_broadcast(p.detach(), part, comm, kind, timers)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        return (reduce_broadcast(grad.contiguous(), ctx.part, ctx.comm, "backward", ctx.timers),
+        return (reduce_broadcast(grad.contiguous(), ctx.part, ctx.comm, Traffic.BACKWARD,
+                                 ctx.timers),
                 None, None, None, None)
 
 
@@ -61,7 +62,7 @@ class Broadcast(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, n_local: int, plans: RootPlans, comm: Communicator,
-                timers: Timers, kind: str) -> torch.Tensor:
+                timers: Timers, kind: Traffic) -> torch.Tensor:
         ctx.plans, ctx.comm, ctx.timers, ctx.n_roots = plans, comm, timers, h.shape[0]
         src = h.new_empty((n_local, h.shape[1]))
         src[:h.shape[0]] = h
@@ -69,7 +70,8 @@ class Broadcast(torch.autograd.Function):
         if comm.size > 1:
             with timers("exchange_wait"):
                 rows = comm.exchange_rows(h[plans.bcast_root.ids], plans.bcast_root,
-                                          plans.bcast_leaf, kind, training_direction(kind, "broadcast"))
+                                          plans.bcast_leaf, kind,
+                                          training_direction(kind, Direction.BROADCAST))
                 src[plans.bcast_leaf.ids] = rows
         return src
 
@@ -80,7 +82,7 @@ class Broadcast(torch.autograd.Function):
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
                 rows = ctx.comm.exchange_rows(grad_src[plans.bcast_leaf.ids], plans.bcast_leaf,
-                                              plans.bcast_root, "backward", "reduce")
+                                              plans.bcast_root, Traffic.BACKWARD, Direction.REDUCE)
                 grad_h.index_add_(0, plans.bcast_root.ids, rows)
         return grad_h, None, None, None, None, None
 
@@ -90,13 +92,14 @@ class Reduce(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, p: torch.Tensor, n_roots: int, plans: RootPlans, comm: Communicator,
-                timers: Timers, kind: str) -> torch.Tensor:
+                timers: Timers, kind: Traffic) -> torch.Tensor:
         ctx.plans, ctx.comm, ctx.timers, ctx.n_local = plans, comm, timers, p.shape[0]
         a = p[:n_roots].clone()
         if comm.size > 1:
             with timers("exchange_wait"):
                 rows = comm.exchange_rows(p[plans.reduce_leaf.ids], plans.reduce_leaf,
-                                          plans.reduce_root, kind, training_direction(kind, "reduce"))
+                                          plans.reduce_root, kind,
+                                          training_direction(kind, Direction.REDUCE))
                 a.index_add_(0, plans.reduce_root.ids, rows)
         return a
 
@@ -108,8 +111,8 @@ class Reduce(torch.autograd.Function):
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
                 rows = ctx.comm.exchange_rows(grad_a[plans.reduce_root.ids].contiguous(),
-                                              plans.reduce_root, plans.reduce_leaf, "backward",
-                                              "broadcast")
+                                              plans.reduce_root, plans.reduce_leaf,
+                                              Traffic.BACKWARD, Direction.BROADCAST)
                 grad_p[plans.reduce_leaf.ids] = rows
         return grad_p, None, None, None, None, None
 
@@ -122,18 +125,18 @@ class GatherAtRoot(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, p: torch.Tensor, leaf_plan: RowPlan, root_plan: RowPlan, comm: Communicator,
-                timers: Timers, kind: str) -> torch.Tensor:
+                timers: Timers, kind: Traffic) -> torch.Tensor:
         ctx.leaf_plan, ctx.root_plan, ctx.comm, ctx.timers = leaf_plan, root_plan, comm, timers
         ctx.shape = p.shape
         with timers("exchange_wait"):
             return comm.exchange_rows(p[leaf_plan.ids], leaf_plan, root_plan, kind,
-                                      training_direction(kind, "reduce"))
+                                      training_direction(kind, Direction.REDUCE))
 
     @staticmethod
     def backward(ctx, grad_rows: torch.Tensor):
         grad_p = grad_rows.new_zeros(ctx.shape)
         with ctx.timers("exchange_wait"):
             back = ctx.comm.exchange_rows(grad_rows.contiguous(), ctx.root_plan, ctx.leaf_plan,
-                                          "backward", "broadcast")
+                                          Traffic.BACKWARD, Direction.BROADCAST)
         grad_p[ctx.leaf_plan.ids] = back
         return grad_p, None, None, None, None, None

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from distgnn.comm import Direction
 from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.schedule import DelayedSchedule
@@ -65,7 +66,7 @@ class DelayedReduceGrad(torch.autograd.Function):
         grad_p[:grad_a.shape[0]] = grad_a
         got = schedule.post_and_take_gradient(ctx.state.mailbox, "partials_grad", e,
                                               grad_a[bins.reduce_root.ids], bins.reduce_root,
-                                              bins.reduce_leaf, "broadcast")
+                                              bins.reduce_leaf, Direction.BROADCAST)
         if got is not None:
             grad_p[bins.reduce_leaf.ids] += got
         return grad_p, None, None, None, None

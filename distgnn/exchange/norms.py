@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from distgnn import ops
-from distgnn.comm import Communicator
+from distgnn.comm import Communicator, Traffic
 from distgnn.exchange.collectives import reduce_broadcast
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
@@ -69,5 +69,5 @@ def global_out_degree(part: PartitionData, comm: Communicator) -> torch.Tensor:
     """Each local vertex's out-degree in the whole graph, int64 [n_k]: every edge lies on one part,
     so it is the sum of the replicas' local out-degrees (one reduce and broadcast, at load time)."""
     local = local_out_degree(part).to(torch.float64).unsqueeze(1)
-    total = reduce_broadcast(local, part, comm, "setup", Timers())
+    total = reduce_broadcast(local, part, comm, Traffic.SETUP, Timers())
     return total.squeeze(1).round().long()

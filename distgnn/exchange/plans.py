@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from distgnn.comm import Communicator, RowPlan
+from distgnn.comm import Communicator, RowPlan, Traffic
 from distgnn.train.partition_data import PartitionData
 
 
@@ -46,7 +46,7 @@ def root_plans(part: PartitionData, comm: Communicator) -> RootPlans:
     has_out = out_degree[leaves] > 0
     flags = torch.stack([has_in, has_out], dim=1).to(torch.float32)
     if comm.size > 1:
-        at_root = comm.exchange_rows(flags, part.leaf_send, part.root_recv, "setup") > 0
+        at_root = comm.exchange_rows(flags, part.leaf_send, part.root_recv, Traffic.SETUP) > 0
     else:
         at_root = torch.zeros((0, 2), dtype=torch.bool)
     return RootPlans(part.leaf_send.subset(has_in), part.root_recv.subset(at_root[:, 0]),

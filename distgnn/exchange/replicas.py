@@ -40,7 +40,7 @@ from typing import Any, Iterable
 import torch
 
 from distgnn.attention import local_attention
-from distgnn.comm import Communicator
+from distgnn.comm import Communicator, Direction, Traffic
 from distgnn.exchange.attention_exact import merge_at_roots
 from distgnn.exchange.collectives import Broadcast, ReduceBroadcast
 from distgnn.exchange.local_sum import LocalKernel
@@ -116,7 +116,8 @@ class ReplicaAggregation(ModeAndMessages):
             return kept
         algo = self.algorithm
         if not self.training or algo.exact:
-            comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
+            comm, kind = ((self.comm, Traffic.FORWARD) if self.training
+                          else (self.eval_comm, Traffic.EVAL))
             out = ReduceBroadcast.apply(self.exact_kernel(h), self.part, comm, self.timers, kind)
             if not self.training:
                 return out
@@ -143,7 +144,8 @@ class ReplicaAggregation(ModeAndMessages):
                                   self.exact_kernel.threads, lambda: self.timers("aggregate"))
         if local_softmax or self.comm.size == 1:
             return q / s.unsqueeze(2)
-        comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
+        comm, kind = ((self.comm, Traffic.FORWARD) if self.training
+                      else (self.eval_comm, Traffic.EVAL))
         n_local, H, D = z.shape
         n_roots = part.num_roots
         at_roots = merge_at_roots(m, s, q, n_roots, part.leaf_send, part.root_recv, comm,
@@ -155,7 +157,7 @@ class ReplicaAggregation(ModeAndMessages):
         """The exact aggregate of the stored features at every local vertex, [n_k, F]."""
         with torch.no_grad():
             return ReduceBroadcast.apply(self.exact_kernel(self.part.feat), self.part,
-                                         self.eval_comm, self.timers, "eval")
+                                         self.eval_comm, self.timers, Traffic.EVAL)
 
     def gather_features_as(self, dtype: torch.dtype) -> None:
         """Nothing to do: the replicas mode gathers the layer input as the model hands it."""
@@ -205,7 +207,8 @@ class ReplicaAggregation(ModeAndMessages):
                     total = own[root_ids] + remote[root_ids]
                     reply = total if original else total - from_leaves
                     box.post("to_leaf", e, self.comm.exchange_rows_async(
-                        reply, bins.reduce_root, bins.reduce_leaf, "forward", "broadcast"))
+                        reply, bins.reduce_root, bins.reduce_leaf, Traffic.FORWARD,
+                        Direction.BROADCAST))
                     state.has_delivery[root_ids] = True
                     if original:
                         extra_rows = (root_ids, remote[root_ids].clone())
@@ -217,8 +220,8 @@ class ReplicaAggregation(ModeAndMessages):
                         keep = leaf_ids
                 if horizon is None or e < horizon:
                     box.post("to_root", e, self.comm.exchange_rows_async(
-                        own[bins.reduce_leaf.ids], bins.reduce_leaf, bins.reduce_root, "forward",
-                        "reduce"))
+                        own[bins.reduce_leaf.ids], bins.reduce_leaf, bins.reduce_root,
+                        Traffic.FORWARD, Direction.REDUCE))
         state.step += 1
         if not original:
             return p + remote, self.global_degree

@@ -27,7 +27,7 @@ from typing import Any, Iterable
 
 import torch
 
-from distgnn.comm import Communicator
+from distgnn.comm import Communicator, Direction, Traffic
 from distgnn.exchange.attention_delayed import AttentionValues, DelayedAttention
 from distgnn.exchange.attention_exact import exact_attention
 from distgnn.exchange.collectives import Broadcast, Reduce
@@ -93,7 +93,8 @@ class RootAggregation(ModeAndMessages):
             raise ValueError(f"layer {layer}: expected the roots' {self.n_roots} rows, got {h.shape[0]}")
         if self.training and self.delay > 0:
             return self._delayed(layer, h)
-        comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
+        comm, kind = ((self.comm, Traffic.FORWARD) if self.training
+                      else (self.eval_comm, Traffic.EVAL))
         stored = layer in self.stored_input_layers
         if self.single:  # every vertex is a root: no table to fill, no partial to reduce
             return self.kernel(self._feat_rows if stored else h)
@@ -112,7 +113,8 @@ class RootAggregation(ModeAndMessages):
         the input form (:class:`AttentionValues`)."""
         if self.training and self.delay > 0 and not self.single:
             return self.attention_rule(layer, AttentionValues(z, inputs), el, er, dropout)
-        comm, kind = (self.comm, "forward") if self.training else (self.eval_comm, "eval")
+        comm, kind = ((self.comm, Traffic.FORWARD) if self.training
+                      else (self.eval_comm, Traffic.EVAL))
         return exact_attention(self.part, z, el, er, self.plans,
                                broadcast_to(self.plans.reduce_leaf, self.plans.reduce_root),
                                comm, self.timers, kind, dropout, self.kernel.threads)
@@ -124,7 +126,8 @@ class RootAggregation(ModeAndMessages):
             p = self.kernel(self.part.feat)
             if self.single:
                 return p
-            return Reduce.apply(p, self.n_roots, self.plans, self.eval_comm, self.timers, "eval")
+            return Reduce.apply(p, self.n_roots, self.plans, self.eval_comm, self.timers,
+                                Traffic.EVAL)
 
     def gather_features_as(self, dtype: torch.dtype) -> None:
         """Gather the stored features in ``dtype`` (bfloat16 under ``--precision bf16``)."""
@@ -179,17 +182,17 @@ class RootAggregation(ModeAndMessages):
             p = self.kernel(self._feat_rows)
         elif self.fresh_copies:
             p = self.kernel(Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers,
-                                            "forward"))
+                                            Traffic.FORWARD))
         else:
             p = TableSum.apply(h, self.kernel, schedule, state, e)
         if comm.size > 1:
             with self.timers("exchange_wait"):
                 if delayed_copies:
                     schedule.post(box, "copies", e, h[bins.bcast_root.ids], bins.bcast_root,
-                                  bins.bcast_leaf, "broadcast")
+                                  bins.bcast_leaf, Direction.BROADCAST)
                 if not constant or e < r:
                     schedule.post(box, "partials", e, p[bins.reduce_leaf.ids], bins.reduce_leaf,
-                                  bins.reduce_root, "reduce")
+                                  bins.reduce_root, Direction.REDUCE)
         state.step += 1
         if schedule.delayed_gradients and p.requires_grad:
             out = DelayedReduceGrad.apply(p, state.remote, schedule, state, e)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from distgnn.comm import Communicator, RowPlan
+from distgnn.comm import Communicator, Direction, RowPlan, Traffic
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.plans import RootPlans, root_bins
 from distgnn.train.timers import Timers
@@ -41,19 +41,19 @@ class DelayedSchedule:
         return self.bins[step % self.delay]
 
     def post(self, mailbox: Mailbox, channel: str, step: int, rows: torch.Tensor, send: RowPlan,
-             recv: RowPlan, direction: str) -> None:
+             recv: RowPlan, direction: Direction) -> None:
         """Post this step's forward rows of its bin (non-blocking)."""
-        mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv, "forward",
-                                                                  direction))
+        mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv,
+                                                                  Traffic.FORWARD, direction))
 
     def post_and_take_gradient(self, mailbox: Mailbox, channel: str, step: int,
                                rows: torch.Tensor, send: RowPlan, recv: RowPlan,
-                               direction: str) -> torch.Tensor | None:
+                               direction: Direction) -> torch.Tensor | None:
         """Delayed gradients: post this step's gradient rows of its bin (non-blocking) and return
         the ones posted r steps ago for the same bin (None before the first)."""
         with self.timers("exchange_wait"):
-            mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv, "backward",
-                                                                      direction))
+            mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv,
+                                                                      Traffic.BACKWARD, direction))
             earlier = step - self.delay
             return mailbox.take(channel, earlier) if mailbox.holds(channel, earlier) else None
 
@@ -67,7 +67,7 @@ class DelayedSchedule:
         if not self.delayed_gradients:
             return grad_h
         got = self.post_and_take_gradient(mailbox, channel, step, grad_table[leaf_plan.ids],
-                                          leaf_plan, root_plan, "reduce")
+                                          leaf_plan, root_plan, Direction.REDUCE)
         if got is None:
             return grad_h
         return grad_h.clone().index_add_(0, root_plan.ids, got)

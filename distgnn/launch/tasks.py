@@ -79,10 +79,9 @@ class RankTask(Checkpointable):
         except BaseException as exc:
             # Let submitit write this rank's error, then MPI_Abort at exit instead of blocking in
             # MPI_Finalize while the other ranks wait in a collective (srun then ends the step).
-            if "mpi4py.MPI" in sys.modules:
-                from mpi4py.run import set_abort_status
+            from distgnn.comm import abort_at_exit
 
-                set_abort_status(exc if isinstance(exc, SystemExit) else 1)
+            abort_at_exit(exc if isinstance(exc, SystemExit) else 1)
             raise
         return f"rank {env.global_rank} of {env.num_tasks} done"
 

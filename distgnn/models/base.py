@@ -22,6 +22,12 @@ A model is a torch module that knows nothing about graphs, partitions or MPI. It
   declares z = (h W^T).view(n, H, D), which lets cd-r weight h and apply the current W after the
   merge (docs/design.md#input-form); differentiable in z, el, er (and h, W).
 
+``aggregate`` and ``attend`` exchange rows between ranks, so a model must call them the same
+number of times, in the same order, with the same layer indices, on every rank: a branch on this
+rank's data that skips or adds a call leaves the other ranks waiting forever (or failing deep in
+MPI). The environment variable ``DISTGNN_CHECK_COLLECTIVES=1`` turns that into one error line
+naming the first collective that differs (docs/design.md, "MPI: one module").
+
 Three attributes tell the trainer how to run it (and ``uses_attention``, above):
 
 * ``norm``: ``sum``, ``mean``, ``gcn`` ((sum + h_v) / (deg + 1)) or ``sym`` (D^-1/2 (A + I)

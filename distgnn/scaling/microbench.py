@@ -18,26 +18,26 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from distgnn.comm import Communicator, RowPlan, Traffic
 
-def _median_time(fn, repeats: int, comm) -> float:
+
+def _median_time(fn, repeats: int, comm: Communicator) -> float:
+    """The slowest rank's median time of ``fn`` over ``repeats`` runs, in seconds."""
     times = []
     for _ in range(repeats):
-        comm.Barrier()
+        comm.barrier()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
     # the slower rank sets the collective's time
-    return float(comm.allreduce(float(np.median(times)), op=__import__("mpi4py").MPI.MAX))
+    return float(comm.max(float(np.median(times))))
 
 
 def run(out: Path, repeats: int = 11) -> dict:
-    from mpi4py import MPI
-
-    from distgnn.comm import Communicator, RowPlan
     from distgnn.scaling.network import fitted_network
 
-    comm = MPI.COMM_WORLD
-    rank, size = comm.Get_rank(), comm.Get_size()
+    comm = Communicator()
+    rank, size = comm.rank, comm.size
     if size != 2:
         raise SystemExit("microbench: run under mpiexec -n 2")
     sizes = [8 * 4 ** i for i in range(12)]  # 8 B ... 33.5 MB
@@ -48,15 +48,14 @@ def run(out: Path, repeats: int = 11) -> dict:
 
         def pingpong() -> None:
             if rank == 0:
-                comm.Send(buf, dest=1)
-                comm.Recv(buf, source=1)
+                comm.send(buf, dest=1)
+                comm.recv(buf, source=1)
             else:
-                comm.Recv(buf, source=0)
-                comm.Send(buf, dest=0)
+                comm.recv(buf, source=0)
+                comm.send(buf, dest=0)
         t = _median_time(pingpong, repeats, comm) / 2
         result["pingpong"]["bytes"].append(nbytes)
         result["pingpong"]["seconds"].append(t)
-    wrapper = Communicator(comm)
     width = 64
     for nbytes in sizes[3:]:
         rows = max(1, nbytes // (4 * width))
@@ -64,12 +63,12 @@ def run(out: Path, repeats: int = 11) -> dict:
         # every row goes to the other rank, and as many come back: one exchange of S bytes each way
         offsets = np.array([0, 0, rows] if rank == 0 else [0, rows, rows], dtype=np.int64)
         plan = RowPlan(torch.arange(rows), offsets)
-        t = _median_time(lambda: wrapper.exchange_rows(x, plan, plan, "bench"), repeats, comm)
+        t = _median_time(lambda: comm.exchange_rows(x, plan, plan, Traffic.BENCH), repeats, comm)
         result["alltoall"]["bytes"].append(rows * width * 4)
         result["alltoall"]["seconds"].append(t)
     for nbytes in sizes[2:]:
-        g = np.ones(nbytes // 4, dtype=np.float32)
-        t = _median_time(lambda: comm.Allreduce(MPI.IN_PLACE, g, op=MPI.SUM), repeats, comm)
+        g = torch.ones(nbytes // 4, dtype=torch.float32)
+        t = _median_time(lambda: comm.allreduce_sum_(g, Traffic.BENCH), repeats, comm)
         result["allreduce"]["bytes"].append(nbytes)
         result["allreduce"]["seconds"].append(t)
     # copies around an exchange, as in cd-0's reduce-broadcast: clone [n, w], gather and scatter rows
@@ -92,14 +91,7 @@ def run(out: Path, repeats: int = 11) -> dict:
     return result
 
 
-def _quiet_wait(comm) -> None:
-    """Wait for the other rank without spinning a core (MPI's blocking calls busy-poll)."""
-    request = comm.Ibarrier()
-    while not request.Test():
-        time.sleep(0.005)
-
-
-def concurrency(comm, repeats: int, rounds: int = 3) -> dict:
+def concurrency(comm: Communicator, repeats: int, rounds: int = 3) -> dict:
     """Slowdown of one rank's compute when both ranks compute at once on this machine (shared
     cores, caches and memory bandwidth), for the aggregation kernel and for dense work:
     ``{"concurrency_agg": t_both / t_alone, "concurrency_dense": ...}``. Alone and together
@@ -107,7 +99,7 @@ def concurrency(comm, repeats: int, rounds: int = 3) -> dict:
     other work on a shared host (a virtual machine's cores can move) does not set the factor."""
     from distgnn import ops
 
-    rank = comm.Get_rank()
+    rank = comm.rank
     rng = np.random.default_rng(rank)
     n, deg, w = 50_000, 20, 256
     indptr = torch.arange(0, (n + 1) * deg, deg, dtype=torch.int64)
@@ -136,10 +128,10 @@ def concurrency(comm, repeats: int, rounds: int = 3) -> dict:
         for _ in range(rounds):
             if rank == 0:
                 alone = min(alone, timed(fn))
-            _quiet_wait(comm)
+            comm.quiet_barrier()
             both = min(both, timed(fn))
-            _quiet_wait(comm)
-        alone, both = comm.bcast(alone), comm.allreduce(both, op=__import__("mpi4py").MPI.MAX)
+            comm.quiet_barrier()
+        alone, both = comm.bcast(alone), comm.max(both)
         out[f"concurrency_{name}"] = max(both / alone, 1.0)
     return out
 

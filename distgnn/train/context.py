@@ -144,7 +144,7 @@ def check_consistency(partition_dir: Path, part: PartitionData, assignment: dict
     attrs = part.attrs
     mine = (attrs.get("graph_checksum"), attrs.get("assignment_checksum"), attrs.get("P"),
             attrs.get("method"), attrs.get("seed"))
-    everyone = comm.comm.allgather(mine)
+    everyone = comm.allgather(mine)
     for k, theirs in enumerate(everyone):
         if theirs != everyone[0]:
             raise CollectiveError(f"{partition_dir}: part_{k}.zarr disagrees with part_0.zarr "

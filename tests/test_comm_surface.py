@@ -1,0 +1,230 @@
+"""distgnn.comm is the one MPI surface: no other module imports mpi4py; traffic kinds are enums
+whose values are the recorded keys; row exchanges count in rows (one MPI datatype per row) and
+refuse counts past a C int; DISTGNN_CHECK_COLLECTIVES turns a rank that skips a collective into
+one line instead of a hang. The in-process tests use a fake communicator (a real one would start
+MPI in the pytest process)."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import distgnn.comm as comm_module
+from conftest import REPO, mpiexec
+from distgnn.comm import Communicator, Direction, RowPlan, Traffic
+from distgnn.errors import CollectiveError, DistgnnError
+
+SCRIPTS = Path(__file__).parent / "mpi_scripts"
+
+
+# -- only distgnn/comm.py imports mpi4py ----------------------------------------------------------
+def mpi4py_imports(path: Path) -> list[int]:
+    """Lines of ``path`` that import mpi4py: import statements and ``__import__`` /
+    ``importlib.import_module`` calls with a literal name. A string that merely holds such code
+    (memory_estimate's command for a child interpreter that measures the imports' memory, the
+    launcher's ``python -m mpi4py`` argv) imports nothing in this process and is not one."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""] if node.level == 0 else []
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and getattr(node.func, "id", getattr(node.func, "attr", None))
+              in ("__import__", "import_module")):
+            names = [str(node.args[0].value)]
+        else:
+            continue
+        if any(name == "mpi4py" or name.startswith("mpi4py.") for name in names):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_only_comm_imports_mpi4py(tmp_path: Path) -> None:
+    files = sorted((REPO / "distgnn").rglob("*.py"))
+    assert len(files) > 50
+    offenders = [f"{f.relative_to(REPO)}:{line}" for f in files
+                 if f != REPO / "distgnn" / "comm.py" for line in mpi4py_imports(f)]
+    assert offenders == [], offenders
+    # the checker sees every form of import, and only imports
+    module = tmp_path / "m.py"
+    module.write_text("import mpi4py\nfrom mpi4py.run import set_abort_status\n"
+                      "x = __import__('mpi4py').MPI.MAX\nimport importlib\n"
+                      "importlib.import_module('mpi4py.MPI')\ncode = 'import mpi4py'\n"
+                      "import mpi4pyx\n")
+    assert mpi4py_imports(module) == [1, 2, 3, 5]
+
+
+# -- traffic kinds and directions -----------------------------------------------------------------
+class FakeComm:
+    """Enough of an mpi4py communicator for Communicator: rank 0 of ``size``; Ialltoallv keeps its
+    arguments and completes at once; Dup gives a checker whose allgather returns ``seen``."""
+
+    def __init__(self, size: int = 2, seen: list | None = None) -> None:
+        self.size, self.seen, self.calls = size, seen, []
+
+    def Get_rank(self) -> int:  # noqa: N802 - mpi4py's names
+        return 0
+
+    def Get_size(self) -> int:  # noqa: N802
+        return self.size
+
+    def Ialltoallv(self, send: list, recv: list) -> SimpleNamespace:  # noqa: N802
+        self.calls.append((send, recv))
+        return SimpleNamespace(Wait=lambda: None)
+
+    def Dup(self) -> "FakeComm":  # noqa: N802
+        return self
+
+    def allgather(self, mine: object) -> list:
+        return self.seen if self.seen is not None else [mine] * self.size
+
+
+class FakeType:
+    """An MPI datatype: ``count`` contiguous copies of ``base``."""
+
+    def __init__(self, base: str, count: int = 1) -> None:
+        self.base, self.count = base, count
+
+    def Create_contiguous(self, count: int) -> "FakeType":  # noqa: N802
+        return FakeType(self.base, self.count * count)
+
+    def Commit(self) -> "FakeType":  # noqa: N802
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FakeType) and (self.base, self.count) == (other.base, other.count)
+
+
+@pytest.fixture
+def fake_mpi(monkeypatch):
+    """distgnn.comm with a fake MPI module (and an empty row-type cache)."""
+    fake = SimpleNamespace(FLOAT=FakeType("float"), DOUBLE=FakeType("double"),
+                           INT16_T=FakeType("int16"), SUM="sum", MAX="max", IN_PLACE=None)
+    monkeypatch.setattr(comm_module, "_mpi", lambda: fake)
+    monkeypatch.setattr(comm_module, "_ROW_TYPES", {}, raising=False)
+    return fake
+
+
+def plan(offsets: list[int]) -> RowPlan:
+    """A plan with these offsets [P+1] (its ids, unused by the exchange, left empty)."""
+    return RowPlan(torch.arange(0), np.array(offsets, dtype=np.int64))
+
+
+def test_kinds_and_directions_are_the_recorded_strings(fake_mpi) -> None:
+    assert [k.value for k in Traffic] == ["forward", "backward", "gradients", "eval", "setup", "bench"]
+    assert [d.value for d in Direction] == ["reduce", "broadcast"]
+    assert json.dumps({Traffic.FORWARD: 1, "x": Direction.REDUCE}) == '{"forward": 1, "x": "reduce"}'
+    comm = Communicator(FakeComm())
+    p = plan([0, 1, 2])
+    comm.exchange_rows(torch.ones(2, 3), p, p, Traffic.FORWARD, Direction.REDUCE)
+    comm.exchange_rows(torch.ones(2, 3), p, p, "backward", "broadcast")  # the values still work
+    assert dict(comm.bytes_sent) == {"forward": 24, "reduce": 24, "backward": 24, "broadcast": 24}
+    assert all(type(k) is str for k in comm.bytes_sent)
+    with pytest.raises(ValueError, match="forwad"):  # a misspelt kind is refused, not counted
+        comm.exchange_rows(torch.ones(2, 3), p, p, "forwad")
+
+
+# -- counts in rows ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("width", [1, 3, 128])
+@pytest.mark.parametrize("dtype, payload, base", [(torch.float32, None, "float"),
+                                                  (torch.float64, None, "double"),
+                                                  (torch.float32, torch.bfloat16, "int16")])
+def test_counts_and_displacements_are_rows(fake_mpi, width: int, dtype, payload, base: str) -> None:
+    fake = FakeComm(size=3)
+    comm = Communicator(fake)
+    comm.payload_dtype = payload
+    send, recv = plan([0, 2, 2, 5]), plan([0, 1, 4, 6])
+    got = comm.exchange_rows(torch.zeros(5, width, dtype=dtype), send, recv, Traffic.SETUP)
+    assert got.shape == (6, width) and got.dtype == dtype
+    (s_buf, (sc, sd), s_type), (r_buf, (rc, rd), r_type) = fake.calls[0]
+    assert list(sc) == [2, 0, 3] and list(sd) == [0, 2, 2]
+    assert list(rc) == [1, 3, 2] and list(rd) == [0, 1, 4]
+    assert s_type == r_type == FakeType(base, width)
+    assert s_buf.shape == (5, width) and r_buf.shape == (6, width)
+    comm.exchange_rows(torch.zeros(5, width, dtype=dtype), send, recv, Traffic.SETUP)
+    assert fake.calls[1][0][2] is s_type  # committed once per (dtype, width), then reused
+
+
+@pytest.mark.parametrize("offsets", [[0, 0, 2**31], [0, 2**31, 2**31 + 1]],
+                         ids=["count", "displacement"])
+def test_a_row_count_past_a_c_int_is_refused_in_one_line(fake_mpi, offsets: list[int]) -> None:
+    fake = FakeComm()
+    comm = Communicator(fake)
+    with pytest.raises(DistgnnError) as err:
+        comm.exchange_rows(torch.zeros(0, 4), plan(offsets), plan([0, 0, 0]), Traffic.FORWARD)
+    assert "2147483647" in str(err.value) and "\n" not in str(err.value)
+    assert fake.calls == []  # nothing posted
+    comm_module._in_rows(plan([0, 0, 2**31 - 1]))  # 2^31 - 1 itself is a C int
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_rows_arrive_under_mpiexec(ranks: int) -> None:
+    proc = mpiexec(ranks, str(SCRIPTS / "exchange_rows.py"), module=False, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout + proc.stderr[-3000:]
+
+
+# -- DISTGNN_CHECK_COLLECTIVES ----------------------------------------------------------------------
+def test_a_mismatch_names_the_collective_and_the_ranks(fake_mpi) -> None:
+    seen = [(1, "sum"), (1, "exchange_rows(forward, reduce)"), (1, "sum")]
+    comm = Communicator(FakeComm(size=3, seen=seen), check_collectives=True)
+    with pytest.raises(CollectiveError) as err:
+        comm.sum(1)
+    line = str(err.value)
+    assert "\n" not in line and "collective #1" in line, line
+    assert "ranks 0, 2: sum; rank 1: exchange_rows(forward, reduce)" in line, line
+    agreeing = Communicator(FakeComm(size=3), check_collectives=True)
+    p = plan([0, 1, 1, 1])
+    agreeing.exchange_rows(torch.ones(1, 2), p, p, Traffic.EVAL)
+    assert agreeing.started == 1
+
+
+def run_bounded(ranks: int, args: list[str], env: dict, timeout: float
+                ) -> subprocess.CompletedProcess:
+    """``mpiexec -n ranks python ARGS``, ended (mpiexec, then its process group) after
+    ``timeout`` seconds, which fails the test: a hung job must not outlive it."""
+    command = ["mpiexec", "--oversubscribe", "-n", str(ranks), sys.executable, *args]
+    proc = subprocess.Popen(command, env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # mpiexec ends its ranks
+        try:
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        pytest.fail(f"{' '.join(args)} still running after {timeout} s (a hang)")
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+@pytest.mark.mpi
+def test_a_rank_that_skips_an_exchange_is_one_line_not_a_hang() -> None:
+    """Without the switch the script is not run: a mismatched collective is erroneous in MPI, and
+    it hangs or, as Open MPI 4.1 did here after ~30 s, fails deep in MPI (MPI_ERR_INTERN)."""
+    script, check = str(SCRIPTS / "skip_exchange.py"), {"DISTGNN_CHECK_COLLECTIVES": "1"}
+    start = time.monotonic()
+    proc = run_bounded(2, [script, "skip"], check, timeout=90)
+    assert proc.returncode == 2, proc.stderr
+    ours = [l for l in proc.stderr.splitlines() if l.startswith("distgnn skip_exchange")]
+    assert len(ours) == 1, proc.stderr
+    assert "collective #2 differs" in ours[0] and "DISTGNN_CHECK_COLLECTIVES" in ours[0], ours
+    assert "rank 0: exchange_rows(forward, broadcast); rank 1: exchange_rows(forward, reduce)" \
+        in ours[0], ours
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert time.monotonic() - start < 60
+    agree = run_bounded(2, [script, "same"], check, timeout=90)
+    assert agree.returncode == 0, agree.stderr
