@@ -12,7 +12,8 @@ they are (Debian's Open MPI 4.1 has no MPI-4 large-count calls).
 
 ``DISTGNN_CHECK_COLLECTIVES=1`` makes every collective first compare, across ranks, which
 collective each rank is starting (:meth:`Communicator._start`): a mismatch, which would otherwise
-hang the job, becomes one line naming the first collective that differs (docs/design.md, section 6).
+hang the job, becomes one line naming the first collective that differs
+(docs/design.md#one-mpi-surface).
 """
 from __future__ import annotations
 

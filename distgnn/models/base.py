@@ -26,7 +26,7 @@ A model is a torch module that knows nothing about graphs, partitions or MPI. It
 number of times, in the same order, with the same layer indices, on every rank: a branch on this
 rank's data that skips or adds a call leaves the other ranks waiting forever (or failing deep in
 MPI). The environment variable ``DISTGNN_CHECK_COLLECTIVES=1`` turns that into one error line
-naming the first collective that differs (docs/design.md, "MPI: one module").
+naming the first collective that differs (docs/design.md#one-mpi-surface).
 
 Three attributes tell the trainer how to run it (and ``uses_attention``, above):
 

@@ -22,17 +22,13 @@ def versions() -> dict[str, Any]:
     except PackageNotFoundError:
         own = getattr(distgnn, "__version__", "unknown")
     return {"distgnn": own, "torch": torch.__version__, "numpy": numpy.__version__,
-<<<<<<< HEAD
-            "zarr": zarr.__version__, "mpi": first_line(MPI.Get_library_version())}
+            "zarr": zarr.__version__, "mpi": first_line(mpi_library_version())}
 
 
 def first_line(text: str) -> str:
     """The first line of a C library's version string, without the NUL that may end it (Open
     MPI's does) or surrounding blanks."""
     return (text.replace("\0", "").splitlines() or [""])[0].strip()
-=======
-            "zarr": zarr.__version__, "mpi": mpi_library_version().splitlines()[0].strip()}
->>>>>>> issue33-comm
 
 
 def git_commit() -> str | None:
