@@ -79,3 +79,29 @@ def test_sigkill_of_one_rank_ends_the_job_and_resume_recovers(tmp_path: Path) ->
     epochs = [json.loads(l)["epoch"] for l in metrics.read_text().splitlines()]
     assert epochs == list(range(1, EPOCHS + 1))
     np.testing.assert_allclose(losses(run), losses(whole), rtol=1e-6)
+
+
+def test_ctrl_c_of_mpiexec_names_the_newest_checkpoint(tmp_path: Path) -> None:
+    """Ctrl-C of ``mpiexec -n 2 distgnn train`` (mpiexec passes it on as SIGTERM): one line from
+    rank 0 saying the run was interrupted, where the newest checkpoint is and how to resume;
+    nothing else from distgnn. mpiexec's own exit status is 1 whatever the ranks return."""
+    _, parts = partitioned_twin(tmp_path, 2, scale=0.003)
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        ["mpiexec", "--oversubscribe", "-n", "2", sys.executable, "-m", "distgnn", "train",
+         str(parts), "--epochs", "100000", "--checkpoint-every", "2", "--eval-every", "0",
+         "--threads", "1", "--hidden", "16", "--quiet", "--out", str(run)],
+        env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None \
+            and not list(run.glob("checkpoints/*/manifest.json")):
+        time.sleep(0.05)
+    assert proc.poll() is None, "training ended before the interrupt"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    ours = [line for line in stderr.splitlines() if line.startswith("distgnn")]
+    assert len(ours) == 1, stderr[-2000:]
+    assert ours[0].startswith("distgnn train: interrupted; the newest checkpoint is ")
+    assert "checkpoints/epoch_" in ours[0] and "--resume" in ours[0]
+    assert "Traceback" not in stderr and proc.returncode != 0

@@ -5,7 +5,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from distgnn.commands.ranks import refuse_before_mpi, run_on_ranks
+from distgnn.commands.ranks import (ABORT_MARKER, abort_marker, exit_on_launcher_sigterm,
+                                    refuse_before_mpi, run_on_ranks)
 
 
 def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") -> None:
@@ -159,15 +160,28 @@ def run(args: argparse.Namespace) -> int:
 
     comm = Communicator()
     trainer = None
+    if comm.size > 1:
+        exit_on_launcher_sigterm(comm.rank, lambda: trainer.run_dir if trainer else None,
+                                 interrupted, "train")
 
     def body():
         nonlocal trainer
         trainer = Trainer(args.partdir, config_from_args(args), args.out, comm,
                           on_epoch=None if args.quiet else EpochLine())
+        if comm.rank == 0 and trainer.run_dir.is_dir():  # an earlier job's, not this one's
+            for stale in trainer.run_dir.glob(ABORT_MARKER.format(rank="*")):
+                stale.unlink(missing_ok=True)
         return trainer.run()
 
+    def mark_aborting() -> None:
+        if trainer is not None:
+            try:
+                abort_marker(trainer.run_dir, comm.rank).touch()
+            except OSError:
+                pass  # no run folder yet: no Ctrl-C line will be printed for this job anyway
+
     try:
-        status, summary = run_on_ranks("train", comm, body)
+        status, summary = run_on_ranks("train", comm, body, on_abort=mark_aborting)
     except KeyboardInterrupt:  # Ctrl-C of a run without mpiexec (which turns it into SIGTERM)
         if comm.rank == 0:
             print(f"distgnn train: {interrupted(trainer.run_dir if trainer else None)}",
