@@ -34,15 +34,19 @@ def copy_parts(parts: Path, tmp_path: Path) -> Path:
     return target
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path: Path):
-    mount = tmp_path / "full"
+def mounted_tmpfs(mount: Path, options: str):
+    """A tmpfs mounted at ``mount`` with ``options`` for the test's duration (needs root)."""
     mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mount)],
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, f"this test needs root to mount a tmpfs: {proc.stderr}"
     yield mount
     subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path):
+    yield from mounted_tmpfs(tmp_path / "full", "size=512k")
 
 
 def test_full_disk_during_fetch_keeps_nothing(small_tmpfs: Path) -> None:
@@ -304,13 +308,7 @@ def test_negative_threads_is_one_line_and_help_says_zero_is_all_cores(
 
 @pytest.fixture
 def read_only_folder(tmp_path: Path):
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, f"this test needs root to mount a tmpfs: {proc.stderr}"
-    yield mount
-    subprocess.run(["umount", str(mount)], check=True)
+    yield from mounted_tmpfs(tmp_path / "ro", "ro,size=64k")
 
 
 def damage_feature_chunk(parts: Path, k: int) -> None:
