@@ -4,8 +4,7 @@
 # Redo one stage: snakemake -c2 --forcerun <rule>.   Outputs: docs/design.md#pipeline.
 import sys
 from snakemake.utils import min_version, validate
-from distgnn.train.algorithms import ALGO_PATTERN  # the one grammar of algorithm names
-from distgnn.train.config import MODELS
+from distgnn.vocabulary import ALGO_PATTERN, DEFAULT_MODEL, MODELS  # the one grammar of names
 from distgnn.workflow_config import unknown_key_in
 
 min_version("8.0")
@@ -27,7 +26,7 @@ wildcard_constraints:
     method=r"[a-z]+",
     P=r"[1-9][0-9]*",
     k=r"[0-9]+",
-    algo=rf"(?:(?:{'|'.join(m for m in MODELS if m != 'sage')})-)?(?:{ALGO_PATTERN})(?:-root|-replicas)?",  # run folder: [model-]algorithm[-apply]
+    algo=rf"(?:(?:{'|'.join(m for m in MODELS if m != DEFAULT_MODEL)})-)?(?:{ALGO_PATTERN})(?:-root|-replicas)?",  # run folder: [model-]algorithm[-apply]
 
 
 # train only submits (submitit) and waits: it never becomes a Slurm job itself.

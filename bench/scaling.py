@@ -73,7 +73,7 @@ def train(python: str, partdir: Path, algo: str, parts: int, epochs: int, run: P
           *extra: str) -> list[dict]:
     """Steady-state records of a run: past epoch 1 (it builds caches), and for cd-r past 2r more
     epochs (run on top of ``epochs``); ``extra``: more ``distgnn train`` options."""
-    from distgnn.train.algorithms import parse_algorithm
+    from distgnn.vocabulary import parse_algorithm
 
     delay = parse_algorithm(algo).delay
     run_logged("mpiexec", "--oversubscribe", "-n", parts, python, "-m", "distgnn", "train", partdir, "--algo", algo,

@@ -13,6 +13,7 @@ import torch
 
 from distgnn.errors import DistgnnError
 from distgnn.train.config import TrainConfig
+from distgnn.vocabulary import CUSTOM_PREFIX
 
 #: TrainConfig fields a caller may set (``model`` is the module itself)
 SETTINGS = tuple(f.name for f in fields(TrainConfig) if f.name != "model")
@@ -64,4 +65,4 @@ def train_model(partition_dir: str | os.PathLike, model: torch.nn.Module, *,
 
 def custom_model_name(model: torch.nn.Module) -> str:
     """``custom:<class name>``: how summaries, checkpoints and run folders name a user's model."""
-    return f"custom:{type(model).__name__}"
+    return f"{CUSTOM_PREFIX}{type(model).__name__}"

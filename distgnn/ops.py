@@ -20,8 +20,7 @@ import torch
 from distgnn import _native, tiling
 from distgnn.errors import DistgnnError
 from distgnn.output_pool import POOL
-
-NORMS = ("sum", "mean", "gcn", "sym")
+from distgnn.vocabulary import NORMS, SELF_TERM_NORMS  # noqa: F401  (ops.NORMS: the exchange's checks)
 #: instruction sets of the aggregation kernels, narrowest first (native/include/distgnn/aggregate.hpp)
 ISAS = ("base", "avx2", "avx512")
 #: environment variable that runs the kernels with a narrower instruction set than the host's
@@ -188,10 +187,6 @@ def source_weight(norm: str, out_degree: torch.Tensor, dtype: torch.dtype) -> Op
     if norm != "sym":
         return None
     return (out_degree.to(dtype) + 1).rsqrt()
-
-
-#: norms whose aggregate adds each destination's own row (gcn: h_v / (deg + 1); sym: the I of A + I)
-SELF_TERM_NORMS = ("gcn", "sym")
 
 
 def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Optional[torch.Tensor],

@@ -16,7 +16,7 @@ from typing import Callable, ContextManager
 
 import torch
 
-from distgnn.train.config import check_precision
+from distgnn.vocabulary import check_precision
 
 LayerFn = Callable[[int, torch.Tensor], torch.Tensor]
 

@@ -14,7 +14,7 @@ import pytest
 from distgnn.cli import main
 from distgnn.errors import DistgnnError
 from distgnn.report import make_report
-from distgnn.train.algorithms import parse_algorithm, resolve_apply, steady_start
+from distgnn.vocabulary import parse_algorithm, resolve_apply, steady_start
 
 STORE = "synth-reddit-x0.01"
 

@@ -71,7 +71,7 @@ def test_lint_is_clean():
 def test_schema_uses_the_one_algorithm_grammar():
     import yaml
 
-    from distgnn.train.algorithms import ALGO_PATTERN
+    from distgnn.vocabulary import ALGO_PATTERN
 
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     assert schema["properties"]["train"]["properties"]["algos"]["items"]["pattern"] == f"^(?:{ALGO_PATTERN})$"

@@ -46,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def check_local_memory(args: argparse.Namespace) -> None:
     """Refuse before submitting a local run whose ranks together would not fit in this machine's
     available memory (the trainer checks again on every machine it lands on, Slurm included)."""
+    from distgnn.models import registry
     from distgnn.train.memory_estimate import available_memory_bytes, estimate_run_memory, fits
 
     available = available_memory_bytes()
@@ -53,7 +54,8 @@ def check_local_memory(args: argparse.Namespace) -> None:
         return
     estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
                                     input_cache=not args.no_input_cache, apply=args.apply,
-                                    model=args.model, heads=args.heads or 8)
+                                    model=args.model,
+                                    **registry.shape_spec(args.model).option_values(args))
     ok, reason = fits(estimates, available)
     if not ok:
         raise DistgnnError(f"{args.partdir}: the run would not fit in memory: {reason} (estimate from "

@@ -16,6 +16,8 @@ import json
 from pathlib import Path
 
 from distgnn.errors import DistgnnError
+from distgnn.models import registry
+from distgnn.vocabulary import APPLY_MODES
 
 #: Shapes of the real graphs (vertices, directed edges aggregated over, features, classes).
 GRAPHS = {
@@ -37,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--edges", type=int)
     pr.add_argument("--feat", type=int)
     pr.add_argument("--classes", type=int)
-    pr.add_argument("--model", choices=("sage", "gcn", "gin", "gat"), default="sage",
+    pr.add_argument("--model", choices=registry.names(), default="sage",
                     help="as distgnn train --model: its widths and dense work (default: %(default)s)")
     pr.add_argument("--layers", type=int, default=3)
     pr.add_argument("--hidden", type=int, default=256)
@@ -45,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="model runs with distgnn train --no-input-cache (layer 0 aggregates every epoch)")
     pr.add_argument("--parts", type=int, nargs="+", default=DEFAULT_PARTS)
     pr.add_argument("--algos", nargs="+", default=["cd-0", "cd-5", "0c"])
-    pr.add_argument("--apply", choices=("auto", "root", "replicas"), default="auto",
+    pr.add_argument("--apply", choices=APPLY_MODES, default="auto",
                     help="where the dense work runs, as distgnn train --apply (auto: root for cd-0 "
                          "and cd-<r>, replicas for 0c and cd-<r>-orig)")
     pr.add_argument("--fresh-copies", action="store_true",
@@ -66,13 +68,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.set_defaults(func=run_predict)
     me = verbs.add_parser("estimate-memory", help="per-rank memory estimate of a run")
     me.add_argument("partdir")
-    me.add_argument("--model", choices=("sage", "gcn", "gin", "gat"), default="sage",
+    me.add_argument("--model", choices=registry.names(), default="sage",
                     help="as distgnn train --model (default: %(default)s)")
     me.add_argument("--layers", type=int, default=3)
     me.add_argument("--hidden", type=int, default=256)
     me.add_argument("--algo", default="cd-0")
     me.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
-    me.add_argument("--apply", choices=("auto", "root", "replicas"), default="auto",
+    me.add_argument("--apply", choices=APPLY_MODES, default="auto",
                     help="as distgnn train --apply")
     me.set_defaults(func=run_memory)
 

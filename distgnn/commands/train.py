@@ -12,9 +12,10 @@ from distgnn.commands.ranks import (ABORT_MARKER, abort_marker, exit_on_launcher
 def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") -> None:
     """The training options shared by ``train`` and ``launch`` (``threads_default``: what an
     unset ``--threads`` means, for the help)."""
+    from distgnn.models import registry
     from distgnn.options import add_threads_option
-    from distgnn.train.algorithms import APPLY_MODES
-    from distgnn.train.config import MODELS, TrainConfig
+    from distgnn.train.config import TrainConfig
+    from distgnn.vocabulary import APPLY_MODES, PRECISIONS
 
     d = TrainConfig()
     p.add_argument("--algo", default=d.algo,
@@ -22,18 +23,16 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                         "cd-<r> distgnn's variant that keeps the last delivered remote part between "
                         "deliveries (docs/design.md#algorithms; default: %(default)s)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="default: %(default)s")
-    p.add_argument("--model", choices=MODELS, default=d.model,
-                   help="sage: GraphSAGE; gcn: GCN, D^-1/2 (A + I) D^-1/2; gin: GIN with a learned eps "
-                        "and a two-layer MLP per layer; gat: GAT, multi-head attention (cd-0, 0c, cd-<r> at the root) "
-                        "(docs/design.md#models; default: %(default)s)")
-    p.add_argument("--heads", type=int, default=None,
-                   help=f"GAT's attention heads per hidden layer, --hidden wide each (--model gat "
-                        f"only; default: {d.heads})")
+    p.add_argument("--model", choices=registry.names(), default=d.model,
+                   help="; ".join(f"{name}: {registry.spec(name).summary}" for name in registry.names())
+                        + " (docs/design.md#models; default: %(default)s)")
+    for option in registry.all_options().values():  # the models' own (distgnn/models/registry.py)
+        p.add_argument(option.flag, type=type(option.default), choices=option.choices, default=None,
+                       help=f"{option.help} (--model {' and '.join(registry.takers(option.name))} "
+                            f"only; default: {option.default})")
     p.add_argument("--layers", type=int, default=d.layers, help="graph layers (default: %(default)s)")
     p.add_argument("--hidden", type=int, default=d.hidden,
                    help="hidden width (gin: also each MLP's width; default: %(default)s)")
-    p.add_argument("--aggregator", choices=("mean", "gcn"), default=None,
-                   help=f"GraphSAGE's neighbour normalisation (--model sage only; default: {d.aggregator})")
     p.add_argument("--lr", type=float, default=d.lr, help="Adam learning rate (default: %(default)s)")
     p.add_argument("--dropout", type=float, default=d.dropout, help="default: %(default)s")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay, help="default: %(default)s")
@@ -44,7 +43,7 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                    help="checkpoint every K epochs (0: never; default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     add_threads_option(p, "threads per rank", d.threads, threads_default)
-    p.add_argument("--precision", choices=("fp32", "bf16"), default=d.precision,
+    p.add_argument("--precision", choices=PRECISIONS, default=d.precision,
                    help="dense work (linear layers) in float32 or, opt-in, bfloat16; aggregation "
                         "and exchange stay float32 (default: %(default)s)")
     p.add_argument("--no-input-cache", action="store_true",
@@ -83,17 +82,16 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
 
 
 def config_from_args(args: argparse.Namespace):
-    from distgnn.errors import DistgnnError
+    from distgnn.models import registry
     from distgnn.train.config import TrainConfig
 
-    if args.aggregator is not None and args.model != "sage":
-        raise DistgnnError(f"--aggregator is GraphSAGE's option; --model {args.model} has its own "
-                           f"normalisation (drop --aggregator)")
-    if args.heads is not None and args.model != "gat":
-        raise DistgnnError(f"--heads is GAT's option, not --model {args.model}'s (drop --heads)")
+    # the models' own options: refused when given for another model, else their defaults
+    given = {name: getattr(args, name) for name in registry.all_options()}
+    registry.check_options(args.model, given)
     return TrainConfig(algo=args.algo, model=args.model, epochs=args.epochs, layers=args.layers,
-                       hidden=args.hidden, aggregator=args.aggregator or TrainConfig.aggregator,
-                       heads=TrainConfig.heads if args.heads is None else args.heads,
+                       hidden=args.hidden,
+                       **{name: getattr(TrainConfig, name) if value is None else value
+                          for name, value in given.items()},
                        lr=args.lr, dropout=args.dropout,
                        weight_decay=args.weight_decay, seed=args.seed, eval_every=args.eval_every,
                        checkpoint_every=args.checkpoint_every, resume=args.resume,

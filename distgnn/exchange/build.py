@@ -5,9 +5,9 @@ from distgnn.comm import Communicator
 from distgnn.exchange.protocol import Aggregation
 from distgnn.exchange.replicas import ReplicaAggregation
 from distgnn.exchange.root import RootAggregation
-from distgnn.train.algorithms import Algorithm
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
+from distgnn.vocabulary import Algorithm
 
 
 def build_aggregation(part: PartitionData, algorithm: Algorithm, apply: str, norm: str,

@@ -50,9 +50,9 @@ from distgnn.exchange.norms import (check_norm, global_out_degree, kernel_weight
 from distgnn.exchange.plans import every_replica, root_bins
 from distgnn.exchange.protocol import ModeAndMessages
 from distgnn.exchange.settled import SettledLayers
-from distgnn.train.algorithms import Algorithm
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
+from distgnn.vocabulary import Algorithm
 
 CHANNELS = ("to_root", "to_leaf")
 

@@ -1,34 +1,29 @@
 """The models ``distgnn train --model`` builds, and the contract a user's own model follows
 (:mod:`distgnn.models.base`): a model is handed its aggregation and dropout and knows nothing
-about graphs, partitions or MPI."""
+about graphs, partitions or MPI.
+
+Importing this package loads no torch: the registry (:mod:`distgnn.models.registry`) and
+:func:`build_model` are torch-free, and the torch modules (``GraphSAGE``, ``GCN``, ...) are
+imported from their files at first use."""
 from __future__ import annotations
 
-from torch import nn
+import importlib
+from typing import Any
 
-from distgnn.errors import DistgnnError
-from distgnn.models.base import NORMS, AggregateFn, DropoutFn, LayerStack, linear_first
-from distgnn.models.gat import GAT, GATLayer
-from distgnn.models.gcn import GCN, GCNLayer
-from distgnn.models.gin import GIN, GINLayer
-from distgnn.models.sage import AGGREGATORS, GraphSAGE, SAGELayer
+from distgnn.models.registry import ModelOption, ModelSpec, build_model, register, unregister
+from distgnn.vocabulary import AGGREGATORS, MODELS, NORMS
 
-from distgnn.train.config import MODELS
+#: the torch names this package offers, by the module that defines them (imported at first use)
+_TORCH_NAMES = {"AggregateFn": "base", "DropoutFn": "base", "LayerStack": "base",
+                "linear_first": "base", "GAT": "gat", "GATLayer": "gat", "GCN": "gcn",
+                "GCNLayer": "gcn", "GIN": "gin", "GINLayer": "gin", "GraphSAGE": "sage",
+                "SAGELayer": "sage"}
 
-__all__ = ["AGGREGATORS", "MODELS", "NORMS", "AggregateFn", "DropoutFn", "GAT", "GATLayer", "GCN",
-           "GCNLayer", "GIN",
-           "GINLayer", "GraphSAGE", "LayerStack", "SAGELayer", "build_model", "linear_first"]
+__all__ = ["AGGREGATORS", "MODELS", "NORMS", "ModelOption", "ModelSpec", "build_model", "register",
+           "unregister", *sorted(_TORCH_NAMES)]
 
 
-def build_model(model: str, in_dim: int, hidden: int, out_dim: int, layers: int,
-                aggregator: str = "mean", dropout: float = 0.5, heads: int = 8) -> nn.Module:
-    """The ``--model`` network for ``in_dim`` input columns and ``out_dim`` classes (``aggregator``:
-    GraphSAGE's only; ``heads``: GAT's only, ``hidden`` per head)."""
-    if model == "sage":
-        return GraphSAGE(in_dim, hidden, out_dim, layers, aggregator, dropout)
-    if model == "gcn":
-        return GCN(in_dim, hidden, out_dim, layers, dropout)
-    if model == "gin":
-        return GIN(in_dim, hidden, out_dim, layers, dropout)
-    if model == "gat":
-        return GAT(in_dim, hidden, out_dim, layers, heads, dropout)
-    raise DistgnnError(f"--model must be one of {', '.join(MODELS)}, got {model!r}")
+def __getattr__(name: str) -> Any:
+    if name in _TORCH_NAMES:
+        return getattr(importlib.import_module(f"distgnn.models.{_TORCH_NAMES[name]}"), name)
+    raise AttributeError(f"module 'distgnn.models' has no attribute {name!r}")

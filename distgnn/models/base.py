@@ -50,14 +50,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from distgnn.errors import DistgnnError
+from distgnn.vocabulary import NORMS  # noqa: F401  (the norms a model declares; the docstring's NORMS)
 
 #: aggregate(layer_index, h [n_src, w]) -> [n_dst, w] (see the module docstring)
 AggregateFn = Callable[[int, torch.Tensor], torch.Tensor]
 #: dropout(layer_index, h) -> h: dropout applied to the input of layer ``layer_index`` (>= 1).
 DropoutFn = Callable[[int, torch.Tensor], torch.Tensor]
-
-#: the normalisations an aggregate callable performs (distgnn.ops.aggregate's ``norm``)
-NORMS = ("sum", "mean", "gcn", "sym")
 
 
 def linear_first(in_dim: int, out_dim: int) -> bool:

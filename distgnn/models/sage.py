@@ -30,8 +30,7 @@ from torch import nn
 
 from distgnn.errors import DistgnnError
 from distgnn.models.base import LayerStack, linear_first
-
-AGGREGATORS = ("mean", "gcn")
+from distgnn.vocabulary import AGGREGATORS
 
 
 class SAGELayer(nn.Module):

@@ -6,7 +6,7 @@ from typing import Any
 import pandas as pd
 
 from distgnn.report.load import Run
-from distgnn.train.algorithms import parse_algorithm, steady_start
+from distgnn.vocabulary import parse_algorithm, steady_start
 
 #: Epoch-time components of metrics.jsonl, in stacking order; "other" is the rest of the epoch.
 SPLIT_KEYS = ("time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_allreduce_s")
@@ -19,7 +19,7 @@ COLUMNS = ("store", "method", "num_parts", "algo", "model", "apply", "replicatio
 
 def steady(run: Run) -> list[dict[str, Any]]:
     """The steady-state epochs of a run, by the trainer's own rule (``steady_state_from_epoch`` in
-    summary.json; older runs: the same rule, :func:`~distgnn.train.algorithms.steady_start`);
+    summary.json; older runs: the same rule, :func:`~distgnn.vocabulary.steady_start`);
     all of them when that would leave none."""
     start = run.summary.get("steady_state_from_epoch")
     skip = (int(start) - 1 if start is not None

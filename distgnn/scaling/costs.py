@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from distgnn.models import registry
 from distgnn.train.memory_estimate import layer_widths, num_parameters
+from distgnn.vocabulary import parse_algorithm
 
 
 @dataclass
@@ -37,7 +39,7 @@ class ModelShape:
     #: aggregation and exchange every epoch; 0c and cd-r (not cd-r-orig) do too in steady state
     #: when layer 0 aggregates before its linear map (their own aggregate of the constant input)
     input_cache: bool = True
-    #: sage, gcn or gin (distgnn.models): their widths, aggregation widths and dense work
+    #: a registered model (distgnn/models/registry.py): its widths, aggregation widths and dense work
     model: str = "sage"
 
     def widths(self, graph: GraphShape) -> list[tuple[int, int, int]]:
@@ -46,8 +48,6 @@ class ModelShape:
     def aggregated_widths(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1) -> list[int]:
         """Aggregation width of every layer that aggregates in a training epoch of ``algo`` at
         ``parts`` ranks."""
-        from distgnn.train.algorithms import parse_algorithm
-
         algorithm, widths = parse_algorithm(algo), self.widths(graph)
         in_dim, _, aggregated = widths[0]
         cached = self.input_cache and (algorithm.trains_with_input_cache(parts)
@@ -59,11 +59,9 @@ class ModelShape:
         return sum(2 * a for a in self.aggregated_widths(graph, algo, parts))
 
     def dense_units(self, graph: GraphShape) -> int:
-        """Width products per vertex per epoch (sum over layers of in x out; GIN's MLP:
-        in x hidden + hidden x out)."""
-        if self.model == "gin":
-            return sum(i * self.hidden + self.hidden * o for i, o, _ in self.widths(graph))
-        return sum(i * o for i, o, _ in self.widths(graph))
+        """Width products per vertex per epoch (the model's registered count: in x out per layer;
+        GIN's MLP: in x hidden + hidden x out)."""
+        return registry.shape_spec(self.model).dense_units(self.widths(graph), self.hidden)
 
     def num_parameters(self, graph: GraphShape) -> int:
         return num_parameters(graph.feat_dim, self.hidden, graph.num_classes, self.layers, self.model)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from distgnn.scaling.costs import ComputeCosts, GraphShape, ModelShape
 from distgnn.scaling.network import NetworkModel
 from distgnn.scaling.replication import ReplicationLaw
-from distgnn.train.algorithms import parse_algorithm, resolve_apply
+from distgnn.vocabulary import parse_algorithm, resolve_apply
 
 F32 = 4
 

@@ -7,22 +7,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from distgnn.errors import DistgnnError
+from distgnn.models import registry
 from distgnn.options import check_threads
-from distgnn.train.algorithms import Algorithm, parse_algorithm, resolve_apply
+from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm, check_precision, parse_algorithm, resolve_apply
 
-#: dense-work precisions (distgnn/precision.py applies them)
-PRECISIONS = ("fp32", "bf16")
-#: ``--model`` names (distgnn.models.build_model builds them)
-MODELS = ("sage", "gcn", "gin", "gat")
 #: keys added to the hyperparameters after checkpoints existed, with the value older ones meant
 LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8, "fresh_copies": False}
-
-
-def check_precision(precision: str) -> str:
-    """``precision`` when it is one of :data:`PRECISIONS`; else one line naming the option."""
-    if precision not in PRECISIONS:
-        raise DistgnnError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return precision
 
 
 @dataclass
@@ -32,12 +22,16 @@ class TrainConfig:
     and the workflow run the same experiment."""
 
     algo: str = "cd-0"
-    model: str = "sage"        #: sage (GraphSAGE), gcn, gin or gat (distgnn/models)
-    heads: int = 8             #: GAT's attention heads per hidden layer
+    #: a registered model (sage: GraphSAGE, gcn, gin, gat; distgnn/models/registry.py) or a user's
+    #: ``custom:<class>`` (distgnn.train_model)
+    model: str = "sage"
+    #: GAT's attention heads per hidden layer (like ``aggregator``, a model's own option: the
+    #: registry's ModelOption of that name has the same default)
+    heads: int = 8
     epochs: int = 20
     layers: int = 2
     hidden: int = 64
-    aggregator: str = "mean"
+    aggregator: str = "mean"  #: GraphSAGE's (a model's own option, as ``heads``)
     lr: float = 0.01
     dropout: float = 0.5
     weight_decay: float = 0.0
@@ -109,19 +103,13 @@ def check_config(config: TrainConfig) -> Algorithm:
         raise DistgnnError(f"--layers must be >= 1, got {config.layers}")
     if config.hidden < 1:
         raise DistgnnError(f"--hidden must be >= 1, got {config.hidden}")
-    if config.model not in MODELS and not config.model.startswith("custom:"):
-        raise DistgnnError(f"--model must be one of {', '.join(MODELS)}, got {config.model!r}")
-    if config.aggregator not in ("mean", "gcn"):
-        raise DistgnnError(f"--aggregator must be mean or gcn, got {config.aggregator}")
-    if config.model != "sage" and config.aggregator != TrainConfig.aggregator:
-        raise DistgnnError(f"--aggregator is GraphSAGE's option; --model {config.model} has its own "
-                           f"normalisation (drop --aggregator)")
-    if config.model != "gat" and config.heads != TrainConfig.heads:
-        raise DistgnnError(f"--heads is GAT's option, not --model {config.model}'s (drop --heads)")
-    if config.heads < 1:
-        raise DistgnnError(f"--heads must be >= 1, got {config.heads}")
-    if config.model == "gat":
-        check_attention(config, algorithm, "--model gat")
+    spec = None if config.model.startswith(CUSTOM_PREFIX) else registry.spec(config.model)
+    for option in registry.all_options().values():  # the models' own options (registry.py)
+        value = getattr(config, option.name)
+        option.check(value)
+        registry.check_options(config.model, {option.name: None if value == option.default else value})
+    if spec is not None and spec.attention:
+        check_attention(config, algorithm, f"--model {config.model}")
     if not 0.0 <= config.dropout < 1.0:
         raise DistgnnError(f"--dropout must lie in [0, 1), got {config.dropout}")
     if not (config.lr > 0.0 and math.isfinite(config.lr)):

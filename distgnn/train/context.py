@@ -20,12 +20,12 @@ import torch
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.exchange import Aggregation, build_aggregation
-from distgnn.models import build_model
+from distgnn.models import registry
 from distgnn.train.agreement import agreed
-from distgnn.train.algorithms import Algorithm, resolve_apply
 from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients
 from distgnn.train.partition_data import PartitionData, load_partition, read_assignment_attrs
 from distgnn.train.timers import Timers
+from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm, resolve_apply
 
 
 @dataclass
@@ -87,13 +87,14 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
         torch.set_num_threads(config.threads)
     eval_comm = comm.dup()
     torch.manual_seed(config.seed)
-    if model is None and config.model.startswith("custom:"):
+    if model is None and config.model.startswith(CUSTOM_PREFIX):
         raise CollectiveError(f"{config.model}: a user's model is trained from Python "
                            f"(distgnn.train_model), not rebuilt from its name")
     num_classes = int(part.attrs["num_classes"])
     if model is None:
-        model = build_model(config.model, part.feat.shape[1], config.hidden, num_classes,
-                            config.layers, config.aggregator, config.dropout, config.heads)
+        model = registry.build_model(config.model, part.feat.shape[1], config.hidden, num_classes,
+                                     config.layers, config.dropout,
+                                     **registry.spec(config.model).option_values(config))
     elif comm.size > 1:  # the replicas start equal however the user's module was seeded
         model.load_state_dict(comm.bcast(model.state_dict()))
     aggregation = build_aggregation(
@@ -123,10 +124,11 @@ def check_memory(partition_dir: Path, config: TrainConfig, comm: Communicator) -
     from distgnn.train.memory_estimate import available_memory_bytes, estimate_rank_memory
 
     c = config
+    shape = registry.shape_spec(c.model)  # a user's model is estimated as the default one
     mine = agreed(comm, lambda: estimate_rank_memory(
         partition_dir, comm.rank, c.layers, c.hidden, c.algo,
-        input_cache=c.input_cache and c.model != "gat", apply=c.apply,
-        model=c.model if c.model in ("gcn", "gin", "gat") else "sage", heads=c.heads))
+        input_cache=c.input_cache and shape.input_cache, apply=c.apply, model=c.model,
+        **shape.option_values(c)))
     need, available = comm.node_sum_and_min(mine, available_memory_bytes())
     ratio, need, available = comm.max((need / max(available, 1), need, available))
     if available and ratio > 1.0:

@@ -39,8 +39,11 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from distgnn.errors import DistgnnError
+from distgnn.models import registry
+from distgnn.vocabulary import parse_algorithm, resolve_apply
 
 #: RSS of ``python -c "import torch, mpi4py.MPI, zarr, distgnn._native, distgnn.train.trainer"``
 #: as measure_baseline() found it on the development machine (bench/README.md, "Memory estimate
@@ -103,69 +106,47 @@ class PartShape:
 
 def _algo_delay(algo: str) -> tuple[bool, int]:
     """(exchanges at all, delay r) of an algorithm name."""
-    from distgnn.train.algorithms import parse_algorithm
-
     a = parse_algorithm(algo)
     return bool(a.exchange), int(a.delay)
 
 
 def layer_widths(feat_dim: int, hidden: int, num_classes: int, layers: int,
-                 model: str = "sage", heads: int = 8) -> list[tuple[int, int, int]]:
-    """(in, out, aggregation width) per layer; GraphSAGE and GCN aggregate at the narrower width
-    (their linear map first when it narrows), GIN at its input width (its MLP is not linear),
-    GAT its heads x hidden rows plus one score per head (one head in the output layer; cd-r's
-    input form, docs/design.md#input-form, is never wider)."""
-    if model == "gat":
-        dims = [feat_dim] + [hidden * heads] * (layers - 1) + [num_classes]
-        return [(dims[i], dims[i + 1], dims[i + 1] + (heads if i < layers - 1 else 1))
-                for i in range(layers)]
-    dims = [feat_dim] + [hidden] * (layers - 1) + [num_classes]
-    if model == "gin":
-        return [(dims[i], dims[i + 1], dims[i]) for i in range(layers)]
-    return [(dims[i], dims[i + 1], dims[i + 1] if dims[i] > dims[i + 1] else dims[i]) for i in range(layers)]
+                 model: str = "sage", **options: Any) -> list[tuple[int, int, int]]:
+    """(in, out, aggregation width) per layer of ``model`` (its registered widths; ``options``:
+    its own, e.g. ``heads``; a user's ``custom:`` model counts as GraphSAGE)."""
+    return registry.shape_spec(model).layer_widths(feat_dim, hidden, num_classes, layers, **options)
 
 
 def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int,
-                   model: str = "sage", heads: int = 8) -> int:
-    """Parameter count: GraphSAGE-mean (fc_neigh and fc_self weights, fc_self bias; also the
-    estimate for a user's model), GCN (W, b), GIN (the MLP's two linear maps and eps), GAT (fc,
-    attn_l, attn_r, bias)."""
-    widths = layer_widths(feat_dim, hidden, num_classes, layers, model, heads)
-    if model == "gat":
-        return sum(i * o + 3 * o for i, o, _ in widths)
-    if model == "gcn":
-        return sum(i * o + o for i, o, _ in widths)
-    if model == "gin":
-        return sum(i * hidden + hidden + hidden * o + o + 1 for i, o, _ in widths)
-    return sum(2 * i * o + o for i, o, _ in widths)
+                   model: str = "sage", **options: Any) -> int:
+    """Parameter count of ``model`` (its registered count; a user's model counts as GraphSAGE)."""
+    return registry.shape_spec(model).num_parameters(feat_dim, hidden, num_classes, layers, **options)
 
 
 def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int = 0,
                    baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
-                   apply: str = "auto", model: str = "sage", heads: int = 8,
-                   runtime: int = RUNTIME_OVERHEAD_BYTES) -> MemoryEstimate:
+                   apply: str = "auto", model: str = "sage",
+                   runtime: int = RUNTIME_OVERHEAD_BYTES, **options: Any) -> MemoryEstimate:
     """The estimate for a part given by its figures (pure arithmetic; see the module docstring;
-    ``baseline`` and ``runtime`` in bytes)."""
-    from distgnn.train.algorithms import parse_algorithm, resolve_apply
-
+    ``baseline`` and ``runtime`` in bytes; ``options``: the model's own, e.g. ``heads``)."""
     f32, i64, i32 = 4, 8, 4
     n, m = shape.n, shape.m
     algorithm = parse_algorithm(algo)
     at_root = resolve_apply(apply, algorithm) == "root"
     dense = shape.num_roots if at_root and shape.num_roots else n   # rows of the dense work
     exchanges, delay = _algo_delay(algo)
-    widths = layer_widths(shape.feat_dim, hidden, shape.num_classes, layers, model, heads)
+    spec = registry.shape_spec(model)
+    widths = spec.layer_widths(shape.feat_dim, hidden, shape.num_classes, layers, **options)
     label = n * shape.num_classes * f32 if shape.multilabel else n * i64
     kept = input_cache and not at_root and algorithm.keeps_own_input_aggregate(
         shape.num_parts, widths[0][2] == widths[0][0])
     features = (n + dense * (int(input_cache) + int(kept))) * shape.feat_dim * f32 + label + 4 * n
     plans = 2 * shape.num_leaves * i64 if shape.num_parts > 1 else 0
     graph = 2 * (n + 1) * i64 + 2 * m * i32 + 2 * n * i64 + 2 * n * f32 + plans
-    saved = sum(SAVED_PER_HIDDEN_LAYER * o for _, o, _ in widths[:-1]) + 2 * shape.num_classes
-    if model == "gin":  # each MLP keeps its input and its hidden layer before and after the ReLU
-        saved += sum(i + 2 * hidden for i, _, _ in widths)
+    saved = (sum(SAVED_PER_HIDDEN_LAYER * o for _, o, _ in widths[:-1]) + 2 * shape.num_classes
+             + spec.extra_activations(widths, hidden))
     working = max(WORKING_SET_TENSORS * max(a, o) for _, o, a in widths)
-    working_rows = n if model == "gat" else dense
+    working_rows = n if spec.local_working_set else dense
     activations = (dense * saved + working_rows * working) * f32
     exchange = 0
     if exchanges and shape.num_parts > 1:
@@ -175,7 +156,7 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
         if delay > 0:
             # R [n_k, w] per layer, plus r steps of each message in flight (1/r of the rows each)
             exchange = sum((n + rows) * a * f32 for _, _, a in widths)
-    params = num_parameters(shape.feat_dim, hidden, shape.num_classes, layers, model, heads)
+    params = spec.parameters(widths, hidden)
     optimizer = 5 * params * f32
     return MemoryEstimate(k, int(baseline), int(features), int(graph), int(activations),
                           int(exchange), int(optimizer), int(runtime))
@@ -202,25 +183,26 @@ def read_part_shape(partdir: str | os.PathLike, k: int) -> PartShape:
 
 def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden: int, algo: str,
                          baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
-                         apply: str = "auto", model: str = "sage", heads: int = 8) -> int:
+                         apply: str = "auto", model: str = "sage", **options: Any) -> int:
     """Estimated peak resident bytes of rank ``k`` training ``partdir`` (``model`` ``layers`` x
-    ``hidden``, algorithm ``algo``, layer 0's input aggregate cached or not, ``--apply``)."""
+    ``hidden`` with its own ``options``, algorithm ``algo``, layer 0's input aggregate cached or
+    not, ``--apply``)."""
     return estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                          input_cache, apply, model, heads).total
+                          input_cache, apply, model, **options).total
 
 
 def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int, algo: str,
                         baseline: int = DEFAULT_BASELINE_BYTES,
                         input_cache: bool = True, apply: str = "auto",
-                        model: str = "sage", heads: int = 8,
-                        runtime: int = RUNTIME_OVERHEAD_BYTES) -> list[MemoryEstimate]:
+                        model: str = "sage", runtime: int = RUNTIME_OVERHEAD_BYTES,
+                        **options: Any) -> list[MemoryEstimate]:
     """The estimate of every rank of a run (one per part); ``max(e.total for e in ...)`` is the
     figure to compare with the memory per rank (bytes)."""
     from distgnn.train.partition_data import read_num_parts
 
     num_parts = read_num_parts(partdir)
     return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                           input_cache, apply, model, heads, runtime)
+                           input_cache, apply, model, runtime, **options)
             for k in range(num_parts)]
 
 
@@ -270,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algo", default="cd-0")
     p.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
     p.add_argument("--apply", default="auto", help="as distgnn train --apply (default: auto)")
-    p.add_argument("--model", default="sage", help="as distgnn train --model (default: sage)")
+    p.add_argument("--model", default="sage", choices=registry.names(),
+                   help="as distgnn train --model (default: sage)")
     p.add_argument("--measure-baseline", action="store_true", help="measure the interpreter baseline")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)

@@ -25,6 +25,7 @@ from distgnn import atomic
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.train.config import TrainConfig
+from distgnn.vocabulary import CUSTOM_PREFIX
 from distgnn.zarr_io import create_array
 
 PREDICTIONS = "predictions.zarr"
@@ -62,8 +63,8 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     comm = comm or Communicator()
     summary = read_run(run_dir)
     model = str(summary["hyperparameters"].get("model", "sage"))
-    if model.startswith("custom:"):
-        raise CollectiveError(f"{run_dir}: trained a user's model ({model[7:]}); distgnn predict "
+    if model.startswith(CUSTOM_PREFIX):
+        raise CollectiveError(f"{run_dir}: trained a user's model ({model[len(CUSTOM_PREFIX):]}); distgnn predict "
                               f"rebuilds the built-in models only (load model.pt into the module)")
     config = predict_config(summary, threads)
     if layer is not None and not 0 <= layer < config.layers - 1:

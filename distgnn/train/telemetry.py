@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 
 from distgnn.comm import Communicator
-from distgnn.train.algorithms import steady_start
 from distgnn.train.context import RankContext
 from distgnn.train.provenance import git_commit, slurm_job_id, versions
 from distgnn.train.timers import Timers
+from distgnn.vocabulary import steady_start
 
 #: byte counters reported per epoch, each summed over ranks
 BYTE_KINDS = ("forward", "backward", "gradients", "broadcast", "reduce")

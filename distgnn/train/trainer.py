@@ -30,12 +30,12 @@ from distgnn.progress import is_quiet
 from distgnn.train import checkpoint as ckpt
 from distgnn.train.adam import Adam
 from distgnn.train.agreement import agreed
-from distgnn.train.algorithms import run_name
 from distgnn.train.config import TrainConfig, check_config
 from distgnn.train.context import RankContext, check_ranks, open_rank
 from distgnn.train.step import evaluate, train_step
 from distgnn.train.telemetry import EpochMeter, peak_rss_bytes, run_summary
 from distgnn.train.watchdog import Watchdog
+from distgnn.vocabulary import run_name
 
 
 def default_run_dir(attrs: dict[str, Any], algo: str, apply: str = "auto",

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from distgnn.comm import Communicator, RowPlan
-from distgnn.train.algorithms import parse_algorithm
 from distgnn.exchange import ReplicaAggregation, RootAggregation
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
+from distgnn.vocabulary import parse_algorithm
 
 EDGES = {0: [(1, 0), (6, 0), (1, 4), (4, 1)], 1: [(2, 0), (2, 5), (7, 5)],
          2: [(3, 0), (3, 5), (3, 4), (0, 3)]}

@@ -4,7 +4,8 @@ from distgnn.report.make import REPORT_FILES  # the files every report writes
 from distgnn.partition.layout import LAYOUT_VERSION
 from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER
 from distgnn.errors import DistgnnError
-from distgnn.train.algorithms import parse_algorithm, resolve_apply, run_name
+from distgnn.models.registry import spec as model_spec
+from distgnn.vocabulary import DEFAULT_MODEL, parse_algorithm, resolve_apply, run_name
 from snakemake.exceptions import WorkflowError
 
 
@@ -57,10 +58,8 @@ def train_options(algo):
     t = config["train"]
     flags = ["model", "epochs", "layers", "hidden", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "checkpoint_every", "precision"]
-    if t.get("model", "sage") == "sage":  # GraphSAGE's option only
-        flags.append("aggregator")
-    if t.get("model", "sage") == "gat":  # GAT's only
-        flags.append("heads")
+    # the model's own options (GraphSAGE's aggregator, GAT's heads; distgnn/models/registry.py)
+    flags += [option.name for option in model_spec(t.get("model", DEFAULT_MODEL)).options]
     options = [f"--{f.replace('_', '-')} {t[f]}" for f in flags if f in t]
     if "hang_timeout_s" in t:
         options.append(f"--hang-timeout {t['hang_timeout_s']}")
@@ -90,7 +89,7 @@ def check_apply():
 def run_files(store, method, P, algo):
     """A run's outputs; its folder is the algorithm plus -<apply> when train.apply is not auto,
     after <model>- when train.model is not sage."""
-    run = run_name(algo, config["train"].get("apply", "auto"), config["train"].get("model", "sage"))
+    run = run_name(algo, config["train"].get("apply", "auto"), config["train"].get("model", DEFAULT_MODEL))
     return [f"runs/{store}/{method}-{P}/{run}/{name}"
             for name in ("metrics.jsonl", "summary.json", "model.pt")]
 
@@ -98,8 +97,8 @@ def run_files(store, method, P, algo):
 def algo_of_run(wildcards):
     """The algorithm of a run folder name (its <model>- prefix and -root / -replicas suffix removed)."""
     name = wildcards.algo
-    model = config["train"].get("model", "sage")
-    if model != "sage" and name.startswith(f"{model}-"):
+    model = config["train"].get("model", DEFAULT_MODEL)
+    if model != DEFAULT_MODEL and name.startswith(f"{model}-"):
         name = name[len(model) + 1:]
     for suffix in ("-root", "-replicas"):
         if name.endswith(suffix):
@@ -122,7 +121,7 @@ def all_predictions():
     """RUNDIR/predictions.zarr of every run when predict.enabled, else nothing."""
     if not config.get("predict", {}).get("enabled", False):
         return []
-    apply, model = config["train"].get("apply", "auto"), config["train"].get("model", "sage")
+    apply, model = config["train"].get("apply", "auto"), config["train"].get("model", DEFAULT_MODEL)
     return [f"runs/{store}/{method}-{P}/{run_name(algo, apply, model)}/predictions.zarr"
             for store in datasets_by_store() for method in config["partition"]["methods"]
             for P in config["partition"]["parts"] for algo in config["train"]["algos"]]

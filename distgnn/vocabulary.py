@@ -1,10 +1,46 @@
-"""Names of the delayed-update algorithms and what each one does."""
+"""distgnn's vocabulary: the names every layer shares, in one module that imports neither torch nor
+numpy (the CLI parser, the Snakefile and the report import it; a test checks that it stays so).
+
+* the algorithms (``--algo``): their grammar :data:`ALGO_PATTERN`, :func:`parse_algorithm` and
+  what each one does (:class:`Algorithm`), the first steady-state epoch (:func:`steady_start`);
+* where the dense work runs (``--apply``): :data:`APPLY_MODES`, :func:`resolve_apply`;
+* run folder names: :func:`run_name`;
+* the aggregation normalisations :data:`NORMS` (and :data:`SELF_TERM_NORMS`), GraphSAGE's
+  :data:`AGGREGATORS`, the precisions :data:`PRECISIONS`;
+* the built-in models' names :data:`MODELS` (what each one is: :mod:`distgnn.models.registry`,
+  docs/design.md#models) and how a user's own model is named (:data:`CUSTOM_PREFIX`).
+"""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
 from distgnn.errors import DistgnnError
+
+#: the normalisations an aggregate performs (``distgnn.ops.aggregate``'s ``norm``; a model declares
+#: one as its ``norm``, docs/design.md#own-model)
+NORMS = ("sum", "mean", "gcn", "sym")
+#: norms whose aggregate adds each destination's own row (gcn: h_v / (deg + 1); sym: the I of A + I)
+SELF_TERM_NORMS = ("gcn", "sym")
+#: GraphSAGE's ``--aggregator`` values (each is also the norm of its aggregate)
+AGGREGATORS = ("mean", "gcn")
+#: dense-work precisions (distgnn/precision.py applies them)
+PRECISIONS = ("fp32", "bf16")
+#: the built-in ``--model`` names, default first; each is registered with its shapes and options
+#: by :mod:`distgnn.models.registry` (which checks that it registers exactly these)
+MODELS = ("sage", "gcn", "gin", "gat")
+#: the model runs get when ``--model`` is not given; its run folders carry no model prefix
+DEFAULT_MODEL = MODELS[0]
+#: a user's own module (``distgnn.train_model``) is named ``custom:<class name>``
+CUSTOM_PREFIX = "custom:"
+
+
+def check_precision(precision: str) -> str:
+    """``precision`` when it is one of :data:`PRECISIONS`; else one line naming the option."""
+    if precision not in PRECISIONS:
+        raise DistgnnError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
+
 
 #: The one grammar of algorithm names (the workflow's wildcard and the report use it too).
 ALGO_PATTERN = r"0c|cd-0|cd-[1-9][0-9]*(?:-orig)?"
@@ -85,12 +121,12 @@ def resolve_apply(apply: str, algorithm: Algorithm) -> str:
     return apply
 
 
-def run_name(algo: str, apply: str = "auto", model: str = "sage") -> str:
+def run_name(algo: str, apply: str = "auto", model: str = DEFAULT_MODEL) -> str:
     """Run folder name: the algorithm, plus ``-<apply>`` when ``--apply`` resolves to another mode
     than the algorithm's default (so runs of both modes coexist: ``cd-0``, ``cd-0-replicas``;
     ``--apply root`` for cd-0 is the default computation and shares ``cd-0``), after ``<model>-``
     for a model other than GraphSAGE (``gcn-cd-0``; a user's model ``custom:Net``: ``Net-cd-0``)."""
-    prefix = "" if model == "sage" else f"{model.split(':')[-1]}-"
+    prefix = "" if model == DEFAULT_MODEL else f"{model.split(':')[-1]}-"
     try:
         default = resolve_apply("auto", parse_algorithm(algo))
         resolved = resolve_apply(apply, parse_algorithm(algo))
