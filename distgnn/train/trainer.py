@@ -73,7 +73,7 @@ class Trainer:
             watchdog = Watchdog(self.run_dir, self.comm.rank, self.comm.size,
                                 self.config.hang_timeout_s, self._phase).start()
         try:
-            records = self._train()
+            records = self._train(watchdog)
             per_rank = self._per_rank_figures()
         finally:
             if watchdog is not None:
@@ -83,10 +83,12 @@ class Trainer:
                       if self.comm.rank == 0 else None)
 
     # -- the run, under the watchdog -----------------------------------------------------------
-    def _train(self) -> list[dict[str, Any]]:
+    def _train(self, watchdog: Watchdog | None) -> list[dict[str, Any]]:
         """Open the context, resume if asked, run the epochs; rank 0's records (else [])."""
         self.ctx = ctx = open_rank(self.partition_dir, self.config, self.comm, self.assignment,
                                    self.user_model, self._note)
+        if watchdog is not None:
+            watchdog.beat()  # loaded: the next report of this rank says training
         config = self.config
         optimizer = Adam(ctx.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         train_mask = ctx.part.masks["train_mask"][:ctx.rows]  # true only at roots

@@ -54,6 +54,7 @@ class Watchdog:
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="distgnn-watchdog", daemon=True)
         self.counter = 0
+        self._writing = threading.Lock()
 
     def start(self) -> "Watchdog":
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -72,12 +73,21 @@ class Watchdog:
         except OSError:
             pass  # other ranks' files are still there: the last one out removes it
 
+    def beat(self) -> None:
+        """Beat now, outside the interval (the main thread, when its phase changes: a rank that
+        loaded its part and froze before the next beat is reported in training, not loading)."""
+        try:
+            self._beat()
+        except OSError:
+            pass  # as in the loop: the others will time out on us
+
     def _beat(self) -> None:
-        self.counter += 1
-        path = self.folder / f"rank_{self.rank}"
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(f"{self.counter} {os.getpid()} {self.phase()}\n")
-        os.replace(tmp, path)
+        with self._writing:
+            self.counter += 1
+            path = self.folder / f"rank_{self.rank}"
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(f"{self.counter} {os.getpid()} {self.phase()}\n")
+            os.replace(tmp, path)
 
     def _loop(self) -> None:
         start = time.monotonic()
