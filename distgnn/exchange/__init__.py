@@ -3,6 +3,7 @@
 Who imports whom (each module only from those listed after it; no cycles)::
 
     build ─┬─> root ─────┬─> attention_delayed ─┐
+           │             ├─> warm ─> delayed_sum, collectives, local_sum
            │             ├─> delayed_sum ───────┼─> schedule ─> mailbox, plans
            │             ├─> attention_exact ───┤
            └─> replicas ─┴──────────────────────┴─> collectives ─> plans

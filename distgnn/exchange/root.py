@@ -19,7 +19,8 @@ reads what arrived r steps later (:mod:`distgnn.exchange.delayed_sum`;
 :mod:`distgnn.exchange.attention_delayed` for GAT). With ``fresh_copies`` (``--fresh-copies``)
 the broadcast is cd-0's and only the reduce is delayed. A constant layer (the stored features
 with the input cache on) posts its partials only at steps < r and, from step 2r on, when every
-bin's R has arrived, returns its kept aggregate (:mod:`distgnn.exchange.settled`).
+bin's R has arrived, returns its kept aggregate (:mod:`distgnn.exchange.settled`). Under
+``--cdr-rule warm`` a summed layer's first r steps are cd-0's (:mod:`distgnn.exchange.warm`).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from distgnn.exchange.plans import broadcast_to, root_plans
 from distgnn.exchange.protocol import ModeAndMessages
 from distgnn.exchange.schedule import DelayedSchedule
 from distgnn.exchange.settled import SettledLayers
+from distgnn.exchange.warm import warm_step
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
 
@@ -53,14 +55,15 @@ class RootAggregation(ModeAndMessages):
     ``part.feat`` without a broadcast; ``constant_layers`` (a subset): those whose input is also
     constant in training. ``delayed_gradients`` (cd-r only): each exchange's gradient also
     travels back, r steps late. ``fresh_copies`` (cd-r only): the broadcast is cd-0's (every
-    step, exact adjoint); only the reduce is delayed.
+    step, exact adjoint); only the reduce is delayed. ``warm`` (cd-r only, ``--cdr-rule warm``):
+    each summed layer's first r steps run cd-0's exchange (:func:`warm_step`).
     """
 
     def __init__(self, part: PartitionData, norm: str, comm: Communicator, eval_comm: Communicator,
                  timers: Timers, threads: int = 0,
                  stored_input_layers: frozenset[int] = frozenset(), delay: int = 0,
                  constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False,
-                 fresh_copies: bool = False):
+                 fresh_copies: bool = False, warm: bool = False):
         check_norm(norm)
         self.part, self.comm, self.eval_comm, self.timers = part, comm, eval_comm, timers
         self.training = True
@@ -69,6 +72,7 @@ class RootAggregation(ModeAndMessages):
         self._feat_rows = part.feat
         self.delay = delay
         self.fresh_copies = fresh_copies and delay > 0
+        self.warm = warm and delay > 0 and comm.size > 1
         self.stored_input_layers = frozenset(stored_input_layers)
         self.settled = SettledLayers(frozenset(constant_layers) & self.stored_input_layers)
         # every replica scales its partials by the global in-degree; the roots add the self term
@@ -166,6 +170,11 @@ class RootAggregation(ModeAndMessages):
             if delayed_copies:
                 state.table = h.new_zeros((self.part.num_local, h.shape[1]))  # h's row dtype
         e, box = state.step, state.mailbox
+        if self.warm and e < r:
+            out = warm_step(h, self._feat_rows if stored else None, self.kernel, self.plans,
+                            comm, self.timers, state)
+            self.settled.offer(layer, out, True)  # R of a constant layer is final at once
+            return out
         bins = schedule.bin(e)
         if comm.size > 1 and e >= r:
             with self.timers("exchange_wait"):
@@ -173,7 +182,7 @@ class RootAggregation(ModeAndMessages):
                     rows = box.take("partials", e - r)
                     state.remote[bins.reduce_root.ids] = 0.0
                     state.remote.index_add_(0, bins.reduce_root.ids, rows)
-                if delayed_copies:
+                if delayed_copies and box.holds("copies", e - r):
                     state.table[bins.bcast_leaf.ids] = box.take("copies", e - r)
         if stored:
             p = self.kernel(self._feat_rows)
