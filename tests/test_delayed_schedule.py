@@ -81,11 +81,13 @@ def last_delivered(e: int, u: int, r: int, warm: bool = False) -> int | None:
     return r - 1 if warm and e >= r else None
 
 
-def expected_root(r: int, steps: int, fresh: bool = False, warm: bool = False) -> list[dict]:
+def expected_root(r: int, steps: int, fresh: bool = False, warm: bool = False,
+                  present: bool = False) -> list[dict]:
     """Per rank and step: {v: aggregate / degree} for every root of that rank, under apply-at-root
     (r = 0: cd-0, exact; ``fresh``: --fresh-copies, every copy is the current row; ``warm``:
     --cdr-rule warm, steps < r exact, then the delayed rule starting from step r - 1's copies
-    and partials)."""
+    and partials; ``present``: --cdr-rule present, the same sums divided by the number of edges
+    whose source row was present in the partial that holds them, not by the degree)."""
     def row(k: int, u: int, e: int) -> np.ndarray:
         """The row of source u that part k's kernel reads at step e."""
         if root_of(u) == k or r == 0 or fresh or (warm and e < r):
@@ -97,8 +99,13 @@ def expected_root(r: int, steps: int, fresh: bool = False, warm: bool = False) -
     def root_partial(k: int, v: int, e: int) -> np.ndarray:
         return sum((row(k, u, e) for u, w in graph.EDGES[k] if w == v), np.zeros(graph.WIDTH, np.float32))
 
+    def is_present(k: int, u: int, e: int) -> bool:
+        return root_of(u) == k or fresh or last_delivered(e, u, r) is not None
+
     def mean(v: int, parts: list[tuple[int, int]]) -> np.ndarray:
         degree = sum(1 for p in graph.EDGES.values() for _, w in p if w == v)
+        if present:
+            degree = sum(1 for i, s in parts for u, w in graph.EDGES[i] if w == v and is_present(i, u, s))
         return sum(root_partial(i, v, s) for i, s in parts) / max(degree, 1)
 
     return per_root(r, steps, mean, warm)
@@ -196,6 +203,8 @@ def computed() -> dict:
              + [f"cd-{r}@root{fresh}-warm:{steps_for(r)}" for r in (1, 2, 3)
                 for fresh in ("", "-fresh")]
              + [f"cd-1@root-grad-warm:{GRADIENT_STEPS}"]
+             + [f"cd-{r}@root{fresh}-present:{steps_for(r)}" for r in (1, 2, 3)
+                for fresh in ("", "-fresh")]
              + [f"cd-0@root-{gat}:3" for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}:{steps_for(r)}" for r in (1, 2, 3) for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}-fresh:{steps_for(r)}" for r in (1, 3) for gat in ATTENTION_FORMS]
@@ -278,6 +287,27 @@ def test_root_warm_schedule_matches_the_rule(computed: dict, r: int, fresh: bool
     name = f"cd-{r}@root" + ("-fresh" if fresh else "") + "-warm"
     got, want = computed[name], expected_root(r, steps, fresh, warm=True)
     assert_roots_match(name, got, want, steps)
+
+
+@pytest.mark.parametrize("r", [1, 2, 3])
+@pytest.mark.parametrize("fresh", [False, True], ids=["delayed-copies", "fresh-copies"])
+def test_root_present_schedule_matches_the_rule(computed: dict, r: int, fresh: bool) -> None:
+    """--cdr-rule present at the root: the first rule's copies and partials, each root's sum
+    divided by the number of its edges whose source row was present where it was summed (the
+    mean over what is present), which is the degree once every row has arrived."""
+    steps = steps_for(r)
+    name = f"cd-{r}@root" + ("-fresh" if fresh else "") + "-present"
+    assert_roots_match(name, computed[name], expected_root(r, steps, fresh, present=True), steps)
+
+
+def test_root_present_expectation_is_scaled_then_the_rule() -> None:
+    """Guard: the present expectation differs from the first rule's early and equals it once
+    every row has arrived (from step 4r - 1)."""
+    r, steps = 2, steps_for(2)
+    present, first = expected_root(2, steps, present=True), expected_root(2, steps)
+    keys = [(k, e, v) for k in range(3) for e in range(steps) for v in present[k][e]]
+    assert any(not np.allclose(present[k][e][v], first[k][e][v]) for k, e, v in keys if e < r)
+    assert all(np.allclose(present[k][e][v], first[k][e][v]) for k, e, v in keys if e >= 4 * r - 1)
 
 
 def test_root_warm_expectation_is_exact_then_delayed() -> None:

@@ -72,7 +72,9 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                         "parts zero until their first delivery), warm (the first r epochs run "
                         "cd-0's exchange and keep what it delivered), input (layer 0 trains on "
                         "the exact aggregate of the stored features, computed once, as cd-0 "
-                        "does), warm-input (both) (default: " + d.cdr_rule + "; docs/design.md#cdr-rules)")
+                        "does), warm-input (both), present (until every row has arrived, "
+                        "scale each aggregate to the rows present), present-input "
+                        "(default: " + d.cdr_rule + "; docs/design.md#cdr-rules)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
                                  "-<apply> when --apply is not the algorithm's default, after "
                                  "<model>- for a model other than sage)")

@@ -20,6 +20,9 @@ class CdrRule:
     #: layer 0 trains with the exact aggregate of the stored features computed once (the input
     #: cache, as cd-0 does): nothing of layer 0 moves in training and it is never stale
     input_cache: bool = False
+    #: until every row has arrived, each root's aggregate is scaled to the mass of the rows
+    #: present (the mean over the present edges for ``mean``), not divided by the full degree
+    present: bool = False
 
 
 #: every rule by name; ``delayed`` is the rule of runs and checkpoints made before the option
@@ -28,6 +31,8 @@ RULES = {rule.name: rule for rule in (
     CdrRule("warm", warm=True),
     CdrRule("input", input_cache=True),
     CdrRule("warm-input", warm=True, input_cache=True),
+    CdrRule("present", present=True),
+    CdrRule("present-input", present=True, input_cache=True),
 )}
 #: the default of ``--cdr-rule`` (train.cdr_rule)
 DEFAULT_RULE = "delayed"

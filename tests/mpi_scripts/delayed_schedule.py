@@ -21,7 +21,8 @@ from distgnn.exchange import ReplicaAggregation, RootAggregation
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
 
-EDGES = {0: [(1, 0), (6, 0), (1, 4), (4, 1)], 1: [(2, 0), (2, 5), (7, 5)],
+#: part 0 sums a leaf copy (4) and a root row (6) into vertex 1 (--cdr-rule present counts both)
+EDGES = {0: [(1, 0), (6, 0), (1, 4), (4, 1), (6, 1)], 1: [(2, 0), (2, 5), (7, 5)],
          2: [(3, 0), (3, 5), (3, 4), (0, 3)]}
 VERTICES = {0: [0, 1, 6, 4], 1: [2, 5, 7, 0], 2: [3, 4, 0, 5]}   #: roots first, then leaves
 ROOT = {0: 0, 5: 1, 4: 2}
@@ -146,6 +147,8 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     algorithm = parse_algorithm(algo)
     warm = apply.endswith("-warm")     # --cdr-rule warm
     apply = apply.removesuffix("-warm")
+    present = apply.endswith("-present")   # --cdr-rule present
+    apply = apply.removesuffix("-present")
     fresh = apply.endswith("-fresh")   # --fresh-copies
     apply = apply.removesuffix("-fresh")
     gradient_kinds = {"root-grad": "", "root-gat-grad": "z", "root-gat-inputs-grad": "inputs"}
@@ -167,7 +170,7 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
         return comm.gather(out)
     if apply == "root":
         agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
-                              fresh_copies=fresh, warm=warm)
+                              fresh_copies=fresh, warm=warm, present=present)
         rows = part.num_roots
     else:
         agg = ReplicaAggregation(part, algorithm, "mean", comm, comm.dup(), Timers(), 1)
@@ -185,7 +188,8 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
 def main() -> None:
     """argv: ALGO[@APPLY]:STEPS ... (APPLY: replicas, the default, root, root-gat: GAT's
     attention at the roots, or root-gat-inputs: the same for a layer that hands its (h, W); each
-    with -fresh: --fresh-copies (then -warm: --cdr-rule warm, root and root-grad only); root-grad, root-gat-grad, root-gat-inputs-grad: their input
+    with -fresh: --fresh-copies (then -warm: --cdr-rule warm, root and root-grad only, or -present: --cdr-rule present,
+    root only); root-grad, root-gat-grad, root-gat-inputs-grad: their input
     gradients); prints
     {spec before ':': values[rank][step][vertex]} on rank 0."""
     comm = Communicator()
