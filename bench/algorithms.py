@@ -3,9 +3,9 @@
     python -m bench.algorithms [--dataset synth-reddit] [--scale 0.01] [--parts 4] [--epochs 100]
                                [--seeds 0 1 2] [--algos cd-0 cd-5 cd-5-orig 0c]
 
-An entry of ``--algos`` is ``ALGO[@APPLY][+nodg][+fresh]``: the algorithm, optionally its
-``--apply`` mode (default: auto), ``+nodg`` for ``--no-delayed-gradients`` and ``+fresh`` for
-``--fresh-copies`` (e.g. ``cd-5@replicas``; ``cd-5+nodg``: cd-5 at the root without its delayed
+An entry of ``--algos`` is ``ALGO[@APPLY][+nodg][+fresh][+rule=NAME]``: the algorithm, optionally its
+``--apply`` mode (default: auto), ``+nodg`` for ``--no-delayed-gradients``, ``+fresh`` for
+``--fresh-copies`` and ``+rule=NAME`` for ``--cdr-rule NAME`` (e.g. ``cd-5+rule=warm``; ``cd-5@replicas``; ``cd-5+nodg``: cd-5 at the root without its delayed
 gradients; ``cd-5+fresh``: cd-5 at the root, only the partials delayed). ``--model`` trains another model
 (``--heads`` for GAT; ``--aggregator`` is GraphSAGE's).
 
@@ -110,15 +110,18 @@ def main() -> int:
     for algo in args.algos:
         base, *suffixes = algo.split("+")
         name, _, apply = base.partition("@")
+        rules = [s.removeprefix("rule=") for s in suffixes if s.startswith("rule=")]
+        suffixes = [s for s in suffixes if not s.startswith("rule=")]
         unknown = set(suffixes) - set(SUFFIXES)
         if unknown:
             parser.error(f"--algos {algo}: unknown suffix +{', +'.join(sorted(unknown))} (known: "
-                         f"+{', +'.join(SUFFIXES)})")
-        variant = ["--apply", apply or "auto"] + [SUFFIXES[s] for s in suffixes]
+                         f"+{', +'.join(SUFFIXES)}, +rule=NAME)")
+        variant = (["--apply", apply or "auto"] + [SUFFIXES[s] for s in suffixes]
+                   + [a for rule in rules for a in ("--cdr-rule", rule)])
         for seed in args.seeds:
             prefix = {"sage": f"{args.aggregator}-" if args.aggregator != "mean" else "",
                       "gat": f"gat-h{args.heads}-"}.get(args.model, f"{args.model}-")
-            run = work / "runs" / f"{prefix}{algo.replace('@', '-').replace('+', '-')}-seed{seed}"
+            run = work / "runs" / f"{prefix}{algo.replace('@', '-').replace('+', '-').replace('=', '-')}-seed{seed}"
             if not _matches(run, args):
                 shutil.rmtree(run, ignore_errors=True)
                 sh("mpiexec", "--oversubscribe", "-n", str(args.parts), python, "-m", "distgnn", "train",

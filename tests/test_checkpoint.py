@@ -76,3 +76,16 @@ def test_a_checkpoint_of_another_partition_is_refused(tmp_path: Path) -> None:
     assert ckpt.newest_checkpoint(tmp_path, HYPER, identity)[0] == 5
     with pytest.raises(DistgnnError, match="assignment_checksum='aaaa"):
         ckpt.newest_checkpoint(tmp_path, HYPER, {**identity, "assignment_checksum": "b" * 32})
+
+
+def test_a_checkpoint_from_before_cdr_rules_resumes_the_first_rule_only(tmp_path: Path) -> None:
+    """A cd-5 manifest without ``cdr_rule`` was made by the first rule (``delayed``): it resumes
+    a run of that rule and refuses one of another (docs/design.md#cdr-rules)."""
+    from distgnn.train.config import TrainConfig
+
+    old = {k: v for k, v in TrainConfig(algo="cd-5").hyperparameters().items() if k != "cdr_rule"}
+    make(tmp_path, 4, manifest=True, hyper=old)
+    same = TrainConfig(algo="cd-5", cdr_rule="delayed").hyperparameters()
+    assert ckpt.newest_checkpoint(tmp_path, same)[0] == 4
+    with pytest.raises(DistgnnError, match="cdr_rule='delayed', not 'warm'"):
+        ckpt.newest_checkpoint(tmp_path, TrainConfig(algo="cd-5", cdr_rule="warm").hyperparameters())

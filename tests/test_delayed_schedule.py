@@ -70,45 +70,58 @@ def root_of(u: int) -> int:
     return graph.ROOT.get(u, next(k for k in range(3) if u in graph.VERTICES[k]))
 
 
-def last_delivered(e: int, u: int, r: int) -> int | None:
+def last_delivered(e: int, u: int, r: int, warm: bool = False) -> int | None:
     """Under root cd-r: the step whose message of vertex u is the latest consumed by step e (posted
-    at a step of u's bin, consumed r steps later), or None before the first delivery."""
-    candidates = [s for s in range(e - r + 1) if s % r == u % r]
-    return candidates[-1] if candidates else None
+    at a step of u's bin, consumed r steps later), or None before the first delivery. ``warm``
+    (--cdr-rule warm): steps < r are cd-0's and post nothing; from step r on, until u's first
+    delayed message arrives, what the last warm step (r - 1) delivered."""
+    candidates = [s for s in range(r if warm else 0, e - r + 1) if s % r == u % r]
+    if candidates:
+        return candidates[-1]
+    return r - 1 if warm and e >= r else None
 
 
-def expected_root(r: int, steps: int, fresh: bool = False) -> list[dict]:
+def expected_root(r: int, steps: int, fresh: bool = False, warm: bool = False,
+                  present: bool = False) -> list[dict]:
     """Per rank and step: {v: aggregate / degree} for every root of that rank, under apply-at-root
-    (r = 0: cd-0, exact; ``fresh``: --fresh-copies, every copy is the current row)."""
+    (r = 0: cd-0, exact; ``fresh``: --fresh-copies, every copy is the current row; ``warm``:
+    --cdr-rule warm, steps < r exact, then the delayed rule starting from step r - 1's copies
+    and partials; ``present``: --cdr-rule present, the same sums divided by the number of edges
+    whose source row was present in the partial that holds them, not by the degree)."""
     def row(k: int, u: int, e: int) -> np.ndarray:
         """The row of source u that part k's kernel reads at step e."""
-        if root_of(u) == k or r == 0 or fresh:
+        if root_of(u) == k or r == 0 or fresh or (warm and e < r):
             return graph.features(e).numpy().astype(np.float32)[u]
-        s = last_delivered(e, u, r)
+        s = last_delivered(e, u, r, warm)
         return np.zeros(graph.WIDTH, np.float32) if s is None else \
             graph.features(s).numpy().astype(np.float32)[u]
 
     def root_partial(k: int, v: int, e: int) -> np.ndarray:
         return sum((row(k, u, e) for u, w in graph.EDGES[k] if w == v), np.zeros(graph.WIDTH, np.float32))
 
+    def is_present(k: int, u: int, e: int) -> bool:
+        return root_of(u) == k or fresh or last_delivered(e, u, r) is not None
+
     def mean(v: int, parts: list[tuple[int, int]]) -> np.ndarray:
         degree = sum(1 for p in graph.EDGES.values() for _, w in p if w == v)
+        if present:
+            degree = sum(1 for i, s in parts for u, w in graph.EDGES[i] if w == v and is_present(i, u, s))
         return sum(root_partial(i, v, s) for i, s in parts) / max(degree, 1)
 
-    return per_root(r, steps, mean)
+    return per_root(r, steps, mean, warm)
 
 
-def per_root(r: int, steps: int, value) -> list[dict]:
+def per_root(r: int, steps: int, value, warm: bool = False) -> list[dict]:
     """values[k][e][v] = value(v, parts) for every root v (on rank k) and step e, with parts the
     (part, step) of each partial v's root combines at step e: its own of step e, and each leaf's
-    as last delivered (of step e under cd-0; none before the first delivery)."""
+    as last delivered (of step e under cd-0 and in warm steps; none before the first delivery)."""
     values = [[{} for _ in range(steps)] for _ in range(3)]
     for e in range(steps):
         for v in range(graph.NUM_GLOBAL):
             k = root_of(v)
             parts = [(k, e)]
             for i in (i for i in range(3) if i != k and v in graph.VERTICES[i]):
-                s = e if r == 0 else last_delivered(e, v, r)
+                s = e if r == 0 or (warm and e < r) else last_delivered(e, v, r, warm)
                 if s is not None:
                     parts.append((i, s))
             values[k][e][v] = value(v, parts)
@@ -187,6 +200,11 @@ def computed() -> dict:
              + [f"cd-{r}{suffix}:{steps_for(r)}" for r in (1, 2, 3) for suffix in ("", "-orig")]
              + [f"cd-{r}@root:{steps_for(r)}" for r in (1, 2, 3)]
              + [f"cd-{r}@root-fresh:{steps_for(r)}" for r in (1, 3)]
+             + [f"cd-{r}@root{fresh}-warm:{steps_for(r)}" for r in (1, 2, 3)
+                for fresh in ("", "-fresh")]
+             + [f"cd-1@root-grad-warm:{GRADIENT_STEPS}"]
+             + [f"cd-{r}@root{fresh}-present:{steps_for(r)}" for r in (1, 2, 3)
+                for fresh in ("", "-fresh")]
              + [f"cd-0@root-{gat}:3" for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}:{steps_for(r)}" for r in (1, 2, 3) for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}-fresh:{steps_for(r)}" for r in (1, 3) for gat in ATTENTION_FORMS]
@@ -230,6 +248,16 @@ def test_cd0_is_exact_every_step(computed: dict) -> None:
                 np.testing.assert_allclose(value, total / graph.GLOBAL_IN_DEGREE[v], rtol=1e-5)
 
 
+def assert_roots_match(name: str, got: list, want: list[dict], steps: int) -> None:
+    """Every root's value on every rank at every step equals the expectation."""
+    for k in range(3):
+        for e in range(steps):
+            assert set(got[k][e]) == {str(v) for v in want[k][e]}
+            for v, value in want[k][e].items():
+                np.testing.assert_allclose(got[k][e][str(v)], value, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{name}: vertex {v} on part {k} at step {e}")
+
+
 @pytest.mark.parametrize("kind", ["", "-gat", "-gat-inputs"], ids=["sum", "attention", "attention-inputs"])
 @pytest.mark.parametrize("r, fresh", [(0, False), (1, False), (2, False), (3, False), (1, True),
                                       (3, True)])
@@ -246,12 +274,64 @@ def test_root_schedule_matches_the_rule(computed: dict, r: int, fresh: bool, kin
         want = expected_attention(r, steps, fresh, "inputs" if kind == "-gat-inputs" else "z")
     else:
         want = expected_root(r, steps, fresh)
+    assert_roots_match(name, got, want, steps)
+
+
+@pytest.mark.parametrize("r", [1, 2, 3])
+@pytest.mark.parametrize("fresh", [False, True], ids=["delayed-copies", "fresh-copies"])
+def test_root_warm_schedule_matches_the_rule(computed: dict, r: int, fresh: bool) -> None:
+    """--cdr-rule warm at the root: cd-0's aggregate at steps < r; from step r the delayed
+    rule, each copy and each leaf's partial as last delivered, and until a bin's first delayed
+    delivery those of the last warm step (r - 1), never zero."""
+    steps = steps_for(r)
+    name = f"cd-{r}@root" + ("-fresh" if fresh else "") + "-warm"
+    got, want = computed[name], expected_root(r, steps, fresh, warm=True)
+    assert_roots_match(name, got, want, steps)
+
+
+@pytest.mark.parametrize("r", [1, 2, 3])
+@pytest.mark.parametrize("fresh", [False, True], ids=["delayed-copies", "fresh-copies"])
+def test_root_present_schedule_matches_the_rule(computed: dict, r: int, fresh: bool) -> None:
+    """--cdr-rule present at the root: the first rule's copies and partials, each root's sum
+    divided by the number of its edges whose source row was present where it was summed (the
+    mean over what is present), which is the degree once every row has arrived."""
+    steps = steps_for(r)
+    name = f"cd-{r}@root" + ("-fresh" if fresh else "") + "-present"
+    assert_roots_match(name, computed[name], expected_root(r, steps, fresh, present=True), steps)
+
+
+def test_root_present_expectation_is_scaled_then_the_rule() -> None:
+    """Guard: the present expectation differs from the first rule's early and equals it once
+    every row has arrived (from step 4r - 1)."""
+    r, steps = 2, steps_for(2)
+    present, first = expected_root(2, steps, present=True), expected_root(2, steps)
+    keys = [(k, e, v) for k in range(3) for e in range(steps) for v in present[k][e]]
+    assert any(not np.allclose(present[k][e][v], first[k][e][v]) for k, e, v in keys if e < r)
+    assert all(np.allclose(present[k][e][v], first[k][e][v]) for k, e, v in keys if e >= 4 * r - 1)
+
+
+def test_root_warm_expectation_is_exact_then_delayed() -> None:
+    """Guard: the warm expectation equals cd-0's at steps < r, differs from the first rule's
+    there, and differs from cd-0's later (the copies and R lag)."""
+    r, steps = 2, steps_for(2)
+    warm, first, exact = (expected_root(2, steps, warm=True), expected_root(2, steps),
+                          expected_root(0, steps))
+    keys = [(k, e, v) for k in range(3) for e in range(steps) for v in warm[k][e]]
+    assert all(np.allclose(warm[k][e][v], exact[k][e][v]) for k, e, v in keys if e < r)
+    assert any(not np.allclose(warm[k][e][v], first[k][e][v]) for k, e, v in keys if e < r)
+    assert any(not np.allclose(warm[k][e][v], exact[k][e][v]) for k, e, v in keys if e >= r)
+
+
+def test_root_warm_gradients_are_exact_while_warm(computed: dict) -> None:
+    """--cdr-rule warm: in its warm step cd-1's input gradient at every root is cd-0's (the
+    exchange's exact adjoint), where the first rule's differs; from step 4 on it is cd-0's too
+    (the delayed gradients flow)."""
+    exact, warm = computed["cd-0@root-grad"], computed["cd-1@root-grad-warm"]
     for k in range(3):
-        for e in range(steps):
-            assert set(got[k][e]) == {str(v) for v in want[k][e]}
-            for v, value in want[k][e].items():
-                np.testing.assert_allclose(got[k][e][str(v)], value, rtol=1e-5, atol=1e-6,
-                                           err_msg=f"{name}: vertex {v} on part {k} at step {e}")
+        for v in exact[k][0]:
+            for e in [0] + list(range(4, GRADIENT_STEPS)):
+                np.testing.assert_allclose(warm[k][e][v], exact[k][0][v], rtol=1e-5, atol=1e-6,
+                                           err_msg=f"warm: root {v} on part {k} at step {e}")
 
 
 def test_root_expectation_uses_stale_copies() -> None:

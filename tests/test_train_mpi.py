@@ -168,6 +168,31 @@ def test_input_cache_skips_layer0_exchange_and_keeps_0c_and_cdr_training(partiti
             assert forward[0] == forward[1], algo
 
 
+def test_cdr_rules_warm_steps_are_cd0_and_input_sends_no_layer0(partitions, tmp_path: Path) -> None:
+    """--cdr-rule (docs/design.md#cdr-rules), cd-2 on three parts, both layers 16 wide, layer 0
+    mapping first: warm-input's first r = 2 epochs are cd-0's (same losses, same bytes both
+    ways) and later ones are not; input (and warm-input) send no layer-0 rows, so their steady
+    bytes are half of the first rule's; the summary records the rule."""
+    parts, epochs, r = 3, 8, 2
+    rules = ("delayed", "input", "warm-input")
+    runs = {rule: tmp_path / rule for rule in rules}
+    train_many(partitions[parts], parts, {
+        tmp_path / "cd-0": ("--algo", "cd-0", "--epochs", epochs, "--eval-every", "0"),
+        **{run: ("--algo", f"cd-{r}", "--cdr-rule", rule, "--epochs", epochs, "--eval-every", "0")
+           for rule, run in runs.items()}})
+    exact, warm = records(tmp_path / "cd-0"), records(runs["warm-input"])
+    for e in range(r):
+        assert warm[e]["loss"] == pytest.approx(exact[e]["loss"], rel=1e-5)
+        for kind in ("bytes_forward", "bytes_backward"):
+            assert warm[e][kind] == exact[e][kind] > 0, (kind, e)
+    assert any(abs(w["loss"] - x["loss"]) > 1e-4 for w, x in zip(warm[r:], exact[r:]))
+    steady = {rule: [rec["bytes_forward"] for rec in records(run)[2 * r:]] for rule, run in runs.items()}
+    assert steady["input"] == steady["warm-input"]
+    assert steady["input"] == pytest.approx([f / 2 for f in steady["delayed"]], rel=1e-12)
+    for rule, run in runs.items():
+        assert json.loads((run / "summary.json").read_text())["hyperparameters"]["cdr_rule"] == rule
+
+
 @pytest.fixture(scope="module")
 def narrow_input_parts(tmp_path_factory) -> Path:
     """Three Libra parts of a twin whose 8 input features are narrower than hidden 16, so layer 0
@@ -414,7 +439,8 @@ def test_root_posts_only_rows_that_carry_something(graph, tmp_path: Path) -> Non
 def test_apply_refusals_and_old_layout(partitions, tmp_path: Path) -> None:
     for algo, extra in (("0c", ["--apply", "root"]), ("cd-3-orig", ["--apply", "root"]),
                         ("cd-0", ["--delayed-gradients"]), ("cd-3", ["--delayed-gradients", "--apply", "replicas"]),
-                        ("cd-0", ["--fresh-copies"]), ("cd-3", ["--fresh-copies", "--apply", "replicas"])):
+                        ("cd-0", ["--fresh-copies"]), ("cd-3", ["--fresh-copies", "--apply", "replicas"]),
+                        ("cd-0", ["--cdr-rule", "warm"]), ("cd-3", ["--cdr-rule", "input", "--apply", "replicas"])):
         proc = run_cli("train", partitions[1], "--algo", algo, *extra, "--out", tmp_path / "r")
         lines = [l for l in proc.stderr.splitlines() if l.strip()]
         words = ("DistGNN's scheme" if "root" in extra else f"{extra[0]}: only for cd-<r>")

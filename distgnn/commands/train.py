@@ -16,6 +16,7 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
     from distgnn.options import add_threads_option
     from distgnn.train.config import TrainConfig
     from distgnn.vocabulary import APPLY_MODES, PRECISIONS
+    from distgnn.train.cdr_rules import RULES
 
     d = TrainConfig()
     p.add_argument("--algo", default=d.algo,
@@ -66,6 +67,14 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                    help="cd-<r> under --apply root: the roots send their rows to the leaves every "
                         "epoch, exact with their adjoint, and only the leaves' partials are delayed: "
                         "more accurate, more forward bytes (docs/design.md#fresh-copies)")
+    p.add_argument("--cdr-rule", choices=tuple(RULES), default=None,
+                   help="cd-<r> under --apply root: delayed (the first rule: copies and remote "
+                        "parts zero until their first delivery), warm (the first r epochs run "
+                        "cd-0's exchange and keep what it delivered), input (layer 0 trains on "
+                        "the exact aggregate of the stored features, computed once, as cd-0 "
+                        "does), warm-input (both), present (until every row has arrived, "
+                        "scale each aggregate to the rows present), present-input "
+                        "(default: " + d.cdr_rule + "; docs/design.md#cdr-rules)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
                                  "-<apply> when --apply is not the algorithm's default, after "
                                  "<model>- for a model other than sage)")
@@ -98,7 +107,7 @@ def config_from_args(args: argparse.Namespace):
                        threads=args.threads, memory_check=not args.skip_memory_check,
                        precision=args.precision, input_cache=not args.no_input_cache,
                        apply=args.apply, delayed_gradients=args.delayed_gradients,
-                       fresh_copies=args.fresh_copies,
+                       fresh_copies=args.fresh_copies, cdr_rule=args.cdr_rule or TrainConfig.cdr_rule,
                        hang_timeout_s=args.hang_timeout, huge_pages=not args.no_huge_pages)
 
 

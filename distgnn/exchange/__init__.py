@@ -3,6 +3,8 @@
 Who imports whom (each module only from those listed after it; no cycles)::
 
     build ─┬─> root ─────┬─> attention_delayed ─┐
+           │             ├─> warm ─> delayed_sum, collectives, local_sum
+           │             ├─> present ─> delayed_sum, schedule, collectives, local_sum
            │             ├─> delayed_sum ───────┼─> schedule ─> mailbox, plans
            │             ├─> attention_exact ───┤
            └─> replicas ─┴──────────────────────┴─> collectives ─> plans

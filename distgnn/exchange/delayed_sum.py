@@ -22,8 +22,9 @@ from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.schedule import DelayedSchedule
 
-#: the messages of one summed layer: forward rows, then the gradients of each
-CHANNELS = ("copies", "partials", "partials_grad", "copies_grad")
+#: the messages of one summed layer: forward rows, the gradients of each, and (``--cdr-rule
+#: present``) the masses of the present rows that travel with the partials
+CHANNELS = ("copies", "partials", "partials_grad", "copies_grad", "counts")
 
 
 @dataclass
@@ -36,15 +37,24 @@ class DelayedSumState:
     table: torch.Tensor | None = None
     remote: torch.Tensor | None = None    #: R, float [n_roots, w]: leaves' last delivered partials
     mailbox: Mailbox = field(default_factory=lambda: Mailbox(CHANNELS))
+    #: ``--cdr-rule present`` only (else None): float [n_k, 1], 1 for a row the kernel reads as
+    #: present (roots; leaf copies once delivered), and C, float [n_roots, 1], the leaves'
+    #: delivered masses (:mod:`distgnn.exchange.present`)
+    present: torch.Tensor | None = None
+    counts: torch.Tensor | None = None
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "table": self.table, "remote": self.remote,
-                "mailbox": self.mailbox.state_dict()}
+        out = {"step": self.step, "table": self.table, "remote": self.remote,
+               "mailbox": self.mailbox.state_dict()}
+        if self.present is not None:
+            out.update(present=self.present, counts=self.counts)
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "DelayedSumState":
+        mailbox = Mailbox.from_state({"counts": {}, **state["mailbox"]})
         return cls(step=state["step"], table=state["table"], remote=state["remote"],
-                   mailbox=Mailbox.from_state(state["mailbox"]))
+                   mailbox=mailbox, present=state.get("present"), counts=state.get("counts"))
 
 
 class DelayedReduceGrad(torch.autograd.Function):

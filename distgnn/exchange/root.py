@@ -19,7 +19,10 @@ reads what arrived r steps later (:mod:`distgnn.exchange.delayed_sum`;
 :mod:`distgnn.exchange.attention_delayed` for GAT). With ``fresh_copies`` (``--fresh-copies``)
 the broadcast is cd-0's and only the reduce is delayed. A constant layer (the stored features
 with the input cache on) posts its partials only at steps < r and, from step 2r on, when every
-bin's R has arrived, returns its kept aggregate (:mod:`distgnn.exchange.settled`).
+bin's R has arrived, returns its kept aggregate (:mod:`distgnn.exchange.settled`). Under
+``--cdr-rule warm`` a summed layer's first r steps are cd-0's (:mod:`distgnn.exchange.warm`);
+under ``--cdr-rule present`` its early aggregates are scaled to the rows present
+(:mod:`distgnn.exchange.present`).
 """
 from __future__ import annotations
 
@@ -36,9 +39,11 @@ from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.norms import check_norm, global_out_degree, kernel_weights
 from distgnn.exchange.plans import broadcast_to, root_plans
+from distgnn.exchange.present import DegreePresent, post_masses, take_delivered
 from distgnn.exchange.protocol import ModeAndMessages
 from distgnn.exchange.schedule import DelayedSchedule
 from distgnn.exchange.settled import SettledLayers
+from distgnn.exchange.warm import warm_step
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
 
@@ -53,14 +58,17 @@ class RootAggregation(ModeAndMessages):
     ``part.feat`` without a broadcast; ``constant_layers`` (a subset): those whose input is also
     constant in training. ``delayed_gradients`` (cd-r only): each exchange's gradient also
     travels back, r steps late. ``fresh_copies`` (cd-r only): the broadcast is cd-0's (every
-    step, exact adjoint); only the reduce is delayed.
+    step, exact adjoint); only the reduce is delayed. ``warm`` (cd-r only, ``--cdr-rule warm``):
+    each summed layer's first r steps run cd-0's exchange (:func:`warm_step`). ``present``
+    (cd-r only, ``--cdr-rule present``): until every row has arrived, each root's aggregate is
+    scaled to the mass of the rows present (:class:`DegreePresent`).
     """
 
     def __init__(self, part: PartitionData, norm: str, comm: Communicator, eval_comm: Communicator,
                  timers: Timers, threads: int = 0,
                  stored_input_layers: frozenset[int] = frozenset(), delay: int = 0,
                  constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False,
-                 fresh_copies: bool = False):
+                 fresh_copies: bool = False, warm: bool = False, present: bool = False):
         check_norm(norm)
         self.part, self.comm, self.eval_comm, self.timers = part, comm, eval_comm, timers
         self.training = True
@@ -69,6 +77,7 @@ class RootAggregation(ModeAndMessages):
         self._feat_rows = part.feat
         self.delay = delay
         self.fresh_copies = fresh_copies and delay > 0
+        self.warm = warm and delay > 0 and comm.size > 1
         self.stored_input_layers = frozenset(stored_input_layers)
         self.settled = SettledLayers(frozenset(constant_layers) & self.stored_input_layers)
         # every replica scales its partials by the global in-degree; the roots add the self term
@@ -86,6 +95,9 @@ class RootAggregation(ModeAndMessages):
                 delayed_gradients and comm.size > 1)
             self.attention_rule = DelayedAttention(part, self.plans, self.schedule, threads,
                                                    self.fresh_copies)
+        self.present = None
+        if present and delay > 0 and comm.size > 1:
+            self.present = DegreePresent(self.kernel, self.plans, eval_comm, timers, self.n_roots)
 
     # -- the Aggregation protocol ------------------------------------------------------------
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
@@ -168,7 +180,14 @@ class RootAggregation(ModeAndMessages):
             state.remote = h.new_zeros((n_roots, h.shape[1]), dtype=torch.float32)
             if delayed_copies:
                 state.table = h.new_zeros((self.part.num_local, h.shape[1]))  # h's row dtype
+            if self.present is not None:
+                self.present.start(state, delayed_copies)
         e, box = state.step, state.mailbox
+        if self.warm and e < r:
+            out = warm_step(h, self._feat_rows if stored else None, self.kernel, self.plans,
+                            comm, self.timers, state)
+            self.settled.offer(layer, out, True)  # R of a constant layer is final at once
+            return out
         bins = schedule.bin(e)
         if comm.size > 1 and e >= r:
             with self.timers("exchange_wait"):
@@ -176,8 +195,11 @@ class RootAggregation(ModeAndMessages):
                     rows = box.take("partials", e - r)
                     state.remote[bins.reduce_root.ids] = 0.0
                     state.remote.index_add_(0, bins.reduce_root.ids, rows)
-                if delayed_copies:
+                copies_taken = delayed_copies and box.holds("copies", e - r)
+                if copies_taken:
                     state.table[bins.bcast_leaf.ids] = box.take("copies", e - r)
+                if self.present is not None:
+                    take_delivered(schedule, state, e, copies_taken)
         if stored:
             p = self.kernel(self._feat_rows)
         elif self.fresh_copies:
@@ -185,6 +207,8 @@ class RootAggregation(ModeAndMessages):
                                             Traffic.FORWARD))
         else:
             p = TableSum.apply(h, self.kernel, schedule, state, e)
+        degree = self.present is not None and DegreePresent.active(e, r)
+        masses = self.present.masses(state) if degree else None
         if comm.size > 1:
             with self.timers("exchange_wait"):
                 if delayed_copies:
@@ -193,10 +217,14 @@ class RootAggregation(ModeAndMessages):
                 if not constant or e < r:
                     schedule.post(box, "partials", e, p[bins.reduce_leaf.ids], bins.reduce_leaf,
                                   bins.reduce_root, Direction.REDUCE)
+                    if degree and DegreePresent.active(e + r, r):
+                        post_masses(schedule, state, e, masses)
         state.step += 1
         if schedule.delayed_gradients and p.requires_grad:
             out = DelayedReduceGrad.apply(p, state.remote, schedule, state, e)
         else:
             out = p[:n_roots] + state.remote
+        if degree:
+            out = out * self.present.scale(masses, state)
         self.settled.offer(layer, out, state.step >= 2 * r)
         return out

@@ -10,9 +10,10 @@ from distgnn.errors import DistgnnError
 from distgnn.models import registry
 from distgnn.options import check_threads
 from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm, check_precision, parse_algorithm, resolve_apply
+from distgnn.train.cdr_rules import DEFAULT_RULE, parse_cdr_rule
 
 #: keys added to the hyperparameters after checkpoints existed, with the value older ones meant
-LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8, "fresh_copies": False}
+LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8, "fresh_copies": False, "cdr_rule": "delayed"}
 
 
 @dataclass
@@ -50,6 +51,9 @@ class TrainConfig:
     #: cd-r under root: the roots' rows reach the leaves every step (exact, with their adjoint);
     #: only the leaves' partials are delayed (docs/design.md#fresh-copies)
     fresh_copies: bool = False
+    #: cd-r under root: the rule before the delayed messages arrive and for the stored input
+    #: (distgnn/train/cdr_rules.py; docs/design.md#cdr-rules)
+    cdr_rule: str = DEFAULT_RULE
     #: seconds without a heartbeat after which a rank counts as silent and the job is ended
     #: (distgnn/train/watchdog.py; 0: no watchdog). Not an epoch time limit.
     hang_timeout_s: float = 600.0
@@ -61,7 +65,7 @@ class TrainConfig:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
         ``apply`` as resolved (``root`` or ``replicas``)."""
         keep = ("algo", "model", "heads", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
-                "precision", "delayed_gradients", "fresh_copies")
+                "precision", "delayed_gradients", "fresh_copies", "cdr_rule")
         out = {k: v for k, v in asdict(self).items() if k in keep}
         algorithm = parse_algorithm(self.algo)
         out["apply"] = resolve_apply(self.apply, algorithm)
@@ -123,6 +127,16 @@ def check_config(config: TrainConfig) -> Algorithm:
                            f"under {resolve_apply(config.apply, algorithm)})")
     resolve_delayed_gradients(config.delayed_gradients, algorithm,
                               resolve_apply(config.apply, algorithm))
+    parse_cdr_rule(config.cdr_rule)
+    if config.cdr_rule != DEFAULT_RULE:
+        if not (algorithm.delay > 0 and not algorithm.original
+                and resolve_apply(config.apply, algorithm) == "root"):
+            raise DistgnnError(f"--cdr-rule: only for cd-<r> under --apply root (got "
+                               f"{config.cdr_rule} for {algorithm.name} under "
+                               f"{resolve_apply(config.apply, algorithm)})")
+        if config.model == "gat":
+            raise DistgnnError(f"--cdr-rule {config.cdr_rule}: GAT's attention has one cd-r rule "
+                               f"(drop --cdr-rule)")
     if not config.hang_timeout_s >= 0.0:
         raise DistgnnError(f"--hang-timeout must be >= 0 seconds (0: off), got {config.hang_timeout_s}")
     for option, every in (("--eval-every", config.eval_every),

@@ -22,6 +22,7 @@ from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.exchange import Aggregation, build_aggregation
 from distgnn.models import registry
 from distgnn.train.agreement import agreed
+from distgnn.train.cdr_rules import parse_cdr_rule
 from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients
 from distgnn.train.partition_data import PartitionData, load_partition, read_assignment_attrs
 from distgnn.train.timers import Timers
@@ -100,7 +101,8 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
     aggregation = build_aggregation(
         part, algorithm, apply, model.norm, comm, eval_comm, timers, config.threads,
         bool(getattr(model, "aggregates_input_first", False)), config.input_cache,
-        resolve_delayed_gradients(config.delayed_gradients, algorithm, apply), config.fresh_copies)
+        resolve_delayed_gradients(config.delayed_gradients, algorithm, apply), config.fresh_copies,
+        parse_cdr_rule(config.cdr_rule).warm, parse_cdr_rule(config.cdr_rule).present)
     if config.precision == "bf16":  # rows gathered and exchanged in bfloat16 (distgnn/precision.py)
         comm.payload_dtype = torch.bfloat16
         aggregation.gather_features_as(torch.bfloat16)
@@ -110,7 +112,8 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
     if config.input_cache and getattr(model, "takes_input_aggregate", False):
         # layer 0's input is constant: its exact aggregate is computed once; evaluation always
         # uses it, training where the algorithm's own layer-0 aggregate equals it (cd-0, or one
-        # rank), so the training semantics of 0c and cd-r are unchanged
+        # rank, or cd-r under --cdr-rule input), so the training semantics of 0c and cd-r are
+        # otherwise unchanged
         start = time.perf_counter()
         ctx.input_aggregate = aggregation.input_aggregate()
         timers.reset()

@@ -15,6 +15,7 @@ import torch
 from distgnn import ops
 from distgnn.precision import dense_autocast, in_dtype, in_float32
 from distgnn.train.adam import Adam
+from distgnn.train.cdr_rules import parse_cdr_rule
 from distgnn.train.context import RankContext
 from distgnn.train.metrics import loss_sum, mean_roc_auc
 
@@ -58,7 +59,8 @@ def forward(ctx: RankContext, dropout: LayerFn | None, epoch: int | None = None)
     if dropout is not None and precision != "fp32":
         dropout = in_float32(dropout)
     cached = ctx.input_aggregate
-    if ctx.aggregation.training and not ctx.algorithm.trains_with_input_cache(ctx.comm.size):
+    if ctx.aggregation.training and not (ctx.algorithm.trains_with_input_cache(ctx.comm.size)
+                                         or parse_cdr_rule(ctx.config.cdr_rule).input_cache):
         cached = None
     with dense_autocast(precision):
         # a user's model that never takes the input cache need not accept the keyword

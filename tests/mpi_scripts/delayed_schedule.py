@@ -21,7 +21,8 @@ from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
 from distgnn.vocabulary import parse_algorithm
 
-EDGES = {0: [(1, 0), (6, 0), (1, 4), (4, 1)], 1: [(2, 0), (2, 5), (7, 5)],
+#: part 0 sums a leaf copy (4) and a root row (6) into vertex 1 (--cdr-rule present counts both)
+EDGES = {0: [(1, 0), (6, 0), (1, 4), (4, 1), (6, 1)], 1: [(2, 0), (2, 5), (7, 5)],
          2: [(3, 0), (3, 5), (3, 4), (0, 3)]}
 VERTICES = {0: [0, 1, 6, 4], 1: [2, 5, 7, 0], 2: [3, 4, 0, 5]}   #: roots first, then leaves
 ROOT = {0: 0, 5: 1, 4: 2}
@@ -110,13 +111,13 @@ def attend_inputs(agg: RootAggregation, h: torch.Tensor, w: torch.Tensor, el: to
 
 
 def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, fresh: bool,
-              attention: str) -> list | None:
+              attention: str, warm: bool = False) -> list | None:
     """Under apply-at-root with delayed gradients, the same inputs at every step (step 0's) and the
     loss sum(out * weight), weight fixed by global id: per step, every root's input gradient (z, el,
     er for attention; h, el, er and, under the key "W", the rank's W gradient for its input form;
     h for the mean)."""
     agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=delay,
-                          delayed_gradients=True, fresh_copies=fresh)
+                          delayed_gradients=True, fresh_copies=fresh, warm=warm)
     ids, out = part.local_to_global[:part.num_roots], []
     for _ in range(steps):
         w = None
@@ -144,11 +145,15 @@ def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, f
 def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     part = build(comm.rank, comm.size)
     algorithm = parse_algorithm(algo)
+    warm = apply.endswith("-warm")     # --cdr-rule warm
+    apply = apply.removesuffix("-warm")
+    present = apply.endswith("-present")   # --cdr-rule present
+    apply = apply.removesuffix("-present")
     fresh = apply.endswith("-fresh")   # --fresh-copies
     apply = apply.removesuffix("-fresh")
     gradient_kinds = {"root-grad": "", "root-gat-grad": "z", "root-gat-inputs-grad": "inputs"}
     if apply in gradient_kinds:  # frozen inputs: each root's input gradients
-        return gradients(comm, part, algorithm.delay, steps, fresh, gradient_kinds[apply])
+        return gradients(comm, part, algorithm.delay, steps, fresh, gradient_kinds[apply], warm)
     if apply in ("root-gat", "root-gat-inputs"):  # GAT's attention at the roots
         agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
                               fresh_copies=fresh)
@@ -165,7 +170,7 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
         return comm.gather(out)
     if apply == "root":
         agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
-                              fresh_copies=fresh)
+                              fresh_copies=fresh, warm=warm, present=present)
         rows = part.num_roots
     else:
         agg = ReplicaAggregation(part, algorithm, "mean", comm, comm.dup(), Timers(), 1)
@@ -183,7 +188,8 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
 def main() -> None:
     """argv: ALGO[@APPLY]:STEPS ... (APPLY: replicas, the default, root, root-gat: GAT's
     attention at the roots, or root-gat-inputs: the same for a layer that hands its (h, W); each
-    with -fresh: --fresh-copies; root-grad, root-gat-grad, root-gat-inputs-grad: their input
+    with -fresh: --fresh-copies (then -warm: --cdr-rule warm, root and root-grad only, or -present: --cdr-rule present,
+    root only); root-grad, root-gat-grad, root-gat-inputs-grad: their input
     gradients); prints
     {spec before ':': values[rank][step][vertex]} on rank 0."""
     comm = Communicator()

@@ -53,8 +53,8 @@ def part_stores(wildcards):
 def train_options(algo):
     """`distgnn train` options of one algorithm from config['train'] (the experiment's model and
     schedule): `apply` as configured (refused at load time where the algorithm cannot run it),
-    `delayed_gradients` (when set) and `fresh_copies` (when true) for cd-<r> only, the one
-    algorithm they apply to."""
+    `delayed_gradients` (when set), `fresh_copies` (when true) and `cdr_rule` (when set) for
+    cd-<r> only, the one algorithm they apply to."""
     t = config["train"]
     flags = ["model", "epochs", "layers", "hidden", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "checkpoint_every", "precision"]
@@ -74,6 +74,8 @@ def train_options(algo):
         options.append("--delayed-gradients" if t["delayed_gradients"] else "--no-delayed-gradients")
     if t.get("fresh_copies") and algorithm.delay > 0 and not algorithm.original:
         options.append("--fresh-copies")
+    if t.get("cdr_rule") and algorithm.delay > 0 and not algorithm.original:
+        options.append(f"--cdr-rule {t['cdr_rule']}")
     return " ".join(options)
 
 
