@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -167,7 +168,9 @@ def run(args: argparse.Namespace) -> int:
 
     comm = Communicator()
     trainer = None
-    if comm.size > 1:
+    if comm.size > 1 and "SLURM_JOB_ID" not in os.environ:
+        # mpiexec's Ctrl-C; under Slurm, SIGTERM is Slurm's own (preemption, requeue, time
+        # limit), which submitit handles
         exit_on_launcher_sigterm(comm.rank, lambda: trainer.run_dir if trainer else None,
                                  interrupted, "train")
 
