@@ -205,6 +205,9 @@ def computed() -> dict:
              + [f"cd-1@root-grad-warm:{GRADIENT_STEPS}"]
              + [f"cd-{r}@root{fresh}-present:{steps_for(r)}" for r in (1, 2, 3)
                 for fresh in ("", "-fresh")]
+             + [f"cd-{r}@root-recompute{warm}:{steps_for(r)}" for r in (1, 2, 3)
+                for warm in ("", "-warm")]
+             + [f"cd-1@root-grad-recompute:{GRADIENT_STEPS}"]
              + [f"cd-0@root-{gat}:3" for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}:{steps_for(r)}" for r in (1, 2, 3) for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}-fresh:{steps_for(r)}" for r in (1, 3) for gat in ATTENTION_FORMS]
@@ -298,6 +301,42 @@ def test_root_present_schedule_matches_the_rule(computed: dict, r: int, fresh: b
     steps = steps_for(r)
     name = f"cd-{r}@root" + ("-fresh" if fresh else "") + "-present"
     assert_roots_match(name, computed[name], expected_root(r, steps, fresh, present=True), steps)
+
+
+@pytest.mark.parametrize("r", [1, 2, 3])
+@pytest.mark.parametrize("warm", [False, True], ids=["recompute", "warm-recompute"])
+def test_root_recompute_schedule_matches_the_rule(computed: dict, r: int, warm: bool) -> None:
+    """--cdr-rule recompute at the root (layer 1): each leaf computes its sources' rows itself,
+    so every row a part's kernel reads is the current one, and only the leaves' partials are
+    delayed (R as the first rule, or as warm's with warm-recompute): the expectation of fresh
+    copies, reached with no broadcast at all."""
+    steps = steps_for(r)
+    name = f"cd-{r}@root-recompute" + ("-warm" if warm else "")
+    want = expected_root(r, steps, fresh=True, warm=warm)
+    assert_roots_match(name, computed[name], want, steps)
+
+
+def test_root_recompute_gradients_sum_to_the_exact_ones(computed: dict) -> None:
+    """--cdr-rule recompute with delayed gradients: the gradients of a vertex's rows, summed over
+    the ranks that compute one (its root's and each recomputing leaf's, each reaching the weights
+    on its own rank), equal cd-0's gradient of the root's row once the delayed ones flow (step 4),
+    and differ before (step 0: nothing has arrived)."""
+    exact, got = computed["cd-0@root-grad"], computed["cd-1@root-grad-recompute"]
+    want = {int(v): np.asarray(g) for k in range(3) for v, g in exact[k][0].items()}
+
+    def summed(e: int) -> dict[int, np.ndarray]:
+        total: dict[int, np.ndarray] = {}
+        for k in range(3):
+            for g, grad in got[k][e]["rows"]:
+                total[g] = total.get(g, 0.0) + np.asarray(grad)
+        return total
+
+    assert set(summed(0)) == set(want)
+    for e in range(4, GRADIENT_STEPS):
+        for v, grad in summed(e).items():
+            np.testing.assert_allclose(grad, want[v], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"recompute: vertex {v} at step {e}")
+    assert any(not np.allclose(g, want[v]) for v, g in summed(0).items())
 
 
 def test_root_present_expectation_is_scaled_then_the_rule() -> None:

@@ -23,6 +23,13 @@ class CdrRule:
     #: until every row has arrived, each root's aggregate is scaled to the mass of the rows
     #: present (the mean over the present edges for ``mean``), not divided by the full degree
     present: bool = False
+    #: the leaves compute layer 1's source rows themselves, with today's weights, from the stored
+    #: features and the exact input aggregate (sent once): layer 1 reads no copies (implies
+    #: ``input_cache``)
+    recompute: bool = False
+    #: a delayed gradient carries the sum of a row's gradients over every step since its bin last
+    #: moved, not only the gradient of the step it moves at
+    accumulate: bool = False
 
 
 #: every rule by name; ``delayed`` is the rule of runs and checkpoints made before the option
@@ -33,6 +40,11 @@ RULES = {rule.name: rule for rule in (
     CdrRule("warm-input", warm=True, input_cache=True),
     CdrRule("present", present=True),
     CdrRule("present-input", present=True, input_cache=True),
+    CdrRule("recompute", recompute=True, input_cache=True),
+    CdrRule("warm-recompute", warm=True, recompute=True, input_cache=True),
+    CdrRule("accumulate", accumulate=True),
+    CdrRule("warm-input-accumulate", warm=True, input_cache=True, accumulate=True),
+    CdrRule("recompute-accumulate", recompute=True, input_cache=True, accumulate=True),
 )}
 #: the default of ``--cdr-rule`` (train.cdr_rule)
 DEFAULT_RULE = "delayed"

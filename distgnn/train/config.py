@@ -137,6 +137,13 @@ def check_config(config: TrainConfig) -> Algorithm:
         if config.model == "gat":
             raise DistgnnError(f"--cdr-rule {config.cdr_rule}: GAT's attention has one cd-r rule "
                                f"(drop --cdr-rule)")
+        if parse_cdr_rule(config.cdr_rule).recompute:
+            if not config.input_cache:
+                raise DistgnnError(f"--cdr-rule {config.cdr_rule}: the leaves recompute layer 1's "
+                                   f"rows from the input cache (drop --no-input-cache)")
+            if config.layers < 2:
+                raise DistgnnError(f"--cdr-rule {config.cdr_rule}: needs --layers >= 2 (it "
+                                   f"recomputes layer 1's source rows), got {config.layers}")
     if not config.hang_timeout_s >= 0.0:
         raise DistgnnError(f"--hang-timeout must be >= 0 seconds (0: off), got {config.hang_timeout_s}")
     for option, every in (("--eval-every", config.eval_every),
