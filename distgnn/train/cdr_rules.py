@@ -43,6 +43,7 @@ RULES = {rule.name: rule for rule in (
     CdrRule("recompute", recompute=True, input_cache=True),
     CdrRule("warm-recompute", warm=True, recompute=True, input_cache=True),
     CdrRule("accumulate", accumulate=True),
+    CdrRule("input-accumulate", input_cache=True, accumulate=True),
     CdrRule("warm-input-accumulate", warm=True, input_cache=True, accumulate=True),
     CdrRule("recompute-accumulate", recompute=True, input_cache=True, accumulate=True),
 )}
