@@ -82,15 +82,16 @@ def last_delivered(e: int, u: int, r: int, warm: bool = False) -> int | None:
 
 
 def expected_root(r: int, steps: int, fresh: bool = False, warm: bool = False,
-                  present: bool = False) -> list[dict]:
+                  present: bool = False, current: frozenset = frozenset()) -> list[dict]:
     """Per rank and step: {v: aggregate / degree} for every root of that rank, under apply-at-root
     (r = 0: cd-0, exact; ``fresh``: --fresh-copies, every copy is the current row; ``warm``:
     --cdr-rule warm, steps < r exact, then the delayed rule starting from step r - 1's copies
-    and partials; ``present``: --cdr-rule present, the same sums divided by the number of edges
+    and partials; ``current``: the (part, leaf) pairs whose row is the current one, as a leaf
+    that recomputes it reads it; ``present``: --cdr-rule present, the same sums divided by the number of edges
     whose source row was present in the partial that holds them, not by the degree)."""
     def row(k: int, u: int, e: int) -> np.ndarray:
         """The row of source u that part k's kernel reads at step e."""
-        if root_of(u) == k or r == 0 or fresh or (warm and e < r):
+        if root_of(u) == k or (k, u) in current or r == 0 or fresh or (warm and e < r):
             return graph.features(e).numpy().astype(np.float32)[u]
         s = last_delivered(e, u, r, warm)
         return np.zeros(graph.WIDTH, np.float32) if s is None else \
@@ -179,6 +180,9 @@ def expected_attention(r: int, steps: int, fresh: bool = False, form: str = "z")
 
 #: steps of the gradient runs: delayed gradients settle by step 4 at r = 1
 GRADIENT_STEPS = 8
+#: --recompute-budget B of the recompute runs, and the (part, leaf) pairs that recompute under
+#: it: part 0 (3 roots) holds leaf 4, a source of 4->1, part 2 (2 roots) leaf 0, of 0->3
+BUDGETS = {0.0: frozenset(), 0.4: frozenset({(0, 4)}), 0.5: frozenset({(0, 4), (2, 0)})}
 #: the accumulated gradient runs: r and steps (window sums settle by step 4r)
 ACCUMULATE_R, ACCUMULATE_STEPS = 2, 12
 #: the attention runs: the z form (z given), and a layer that hands (h, W) (the input form)
@@ -209,6 +213,7 @@ def computed() -> dict:
                 for fresh in ("", "-fresh")]
              + [f"cd-{r}@root-recompute{warm}:{steps_for(r)}" for r in (1, 2, 3)
                 for warm in ("", "-warm")]
+             + [f"cd-{r}@root-recompute-b{b}:{steps_for(r)}" for r in (1, 3) for b in BUDGETS]
              + [f"cd-1@root-grad-recompute:{GRADIENT_STEPS}"]
              + [f"cd-{ACCUMULATE_R}@root-grad{acc}:{ACCUMULATE_STEPS}"
                 for acc in ("", "-accumulate")]
@@ -318,6 +323,28 @@ def test_root_recompute_schedule_matches_the_rule(computed: dict, r: int, warm: 
     name = f"cd-{r}@root-recompute" + ("-warm" if warm else "")
     want = expected_root(r, steps, fresh=True, warm=warm)
     assert_roots_match(name, computed[name], want, steps)
+
+
+@pytest.mark.parametrize("r", [1, 3])
+@pytest.mark.parametrize("budget", sorted(BUDGETS))
+def test_root_recompute_budget_schedule_matches_the_rule(computed: dict, r: int,
+                                                         budget: float) -> None:
+    """--recompute-budget B: only floor(B * roots) leaves of each part recompute (those with the
+    most local out-edges); the others read delayed copies as under the first rule: at B = 0 it
+    is the first rule, at 0.5 every leaf here recomputes."""
+    steps = steps_for(r)
+    name = f"cd-{r}@root-recompute-b{budget}"
+    want = expected_root(r, steps, current=BUDGETS[budget])
+    assert_roots_match(name, computed[name], want, steps)
+
+
+def test_root_recompute_budget_expectations_differ() -> None:
+    """Guard: the three budgets' expectations are not the same numbers."""
+    steps = steps_for(3)
+    got = [expected_root(3, steps, current=BUDGETS[b]) for b in sorted(BUDGETS)]
+    for a, b in ((0, 1), (1, 2)):
+        assert any(not np.allclose(got[a][k][e][v], got[b][k][e][v]) for k in range(3)
+                   for e in range(steps) for v in got[a][k][e])
 
 
 def test_root_recompute_gradients_sum_to_the_exact_ones(computed: dict) -> None:

@@ -76,6 +76,11 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                         "does), warm-input (both), present (until every row has arrived, "
                         "scale each aggregate to the rows present), present-input "
                         "(default: " + d.cdr_rule + "; docs/design.md#cdr-rules)")
+    p.add_argument("--recompute-budget", type=float, default=None, metavar="B",
+                   help="with a --cdr-rule that recomputes: at most B leaf rows per root "
+                        "recompute layer 1's input (those with the most local out-edges; the "
+                        "others read delayed copies); default: every leaf that is a source "
+                        "(docs/design.md#cdr-rules)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
                                  "-<apply> when --apply is not the algorithm's default, after "
                                  "<model>- for a model other than sage)")
@@ -109,6 +114,7 @@ def config_from_args(args: argparse.Namespace):
                        precision=args.precision, input_cache=not args.no_input_cache,
                        apply=args.apply, delayed_gradients=args.delayed_gradients,
                        fresh_copies=args.fresh_copies, cdr_rule=args.cdr_rule or TrainConfig.cdr_rule,
+                       recompute_budget=args.recompute_budget,
                        hang_timeout_s=args.hang_timeout, huge_pages=not args.no_huge_pages)
 
 

@@ -11,9 +11,10 @@ step exactly, and their gradient reaches the weights on the leaf's rank without 
 Only layer 1's partials (and their gradient) still move in cd-r's bins. Deeper layers keep
 delayed copies (docs/design.md#cdr-rules).
 
-The cost is dense work for the leaf rows that are sources of local edges (counted in
-``summary.json`` as ``recomputed_rows``) and one table of the part's rows per layer 1, which
-:class:`RowsSum` keeps instead of zeroing a new one each step.
+The cost is dense work for the leaf rows that are sources of local edges. ``--recompute-budget
+B`` bounds it to B times the part's roots: the leaves with the most local out-edges recompute, the
+others keep cd-r's delayed copies, which their roots send in bins as before
+(:func:`copy_plans`).
 """
 from __future__ import annotations
 
@@ -21,19 +22,48 @@ import torch
 
 from distgnn.comm import Communicator, Traffic
 from distgnn.exchange.collectives import Broadcast
-from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.plans import RootPlans
+from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
 
 #: the layer whose source rows the leaves recompute (its input is layer 0's output)
 RECOMPUTED_LAYER = 1
 
 
-def recomputed_rows(plans: RootPlans, n_roots: int) -> torch.Tensor:
-    """Local ids, int64 [n_roots + n_sources]: the roots (0 .. n_roots - 1), then the leaves that
-    are sources of local edges, ascending. Layer 0's dense work runs on these rows in training."""
-    sources = torch.unique(plans.bcast_leaf.ids.to(torch.int64))
+def choose_recomputed(part: PartitionData, plans: RootPlans, n_roots: int,
+                      budget: float | None) -> torch.Tensor:
+    """Which of the leaves that are sources of local edges (``plans.bcast_leaf``, in its order)
+    recompute: all (``budget`` None), or the ``floor(budget * n_roots)`` with the most local
+    out-edges (ties: the lower local id), bool [len(plans.bcast_leaf.ids)]."""
+    ids = plans.bcast_leaf.ids.to(torch.int64)
+    chosen = torch.ones(len(ids), dtype=torch.bool)
+    if budget is None or len(ids) <= budget * n_roots:
+        return chosen
+    out_degree = (part.t_indptr[1:] - part.t_indptr[:-1])[ids]
+    # stable sort of (-degree): equal degrees keep their plan order; break ties by local id
+    order = torch.argsort(ids, stable=True)
+    order = order[torch.argsort(-out_degree[order], stable=True)]
+    chosen[:] = False
+    chosen[order[:int(budget * n_roots)]] = True
+    return chosen
+
+
+def recomputed_rows(plans: RootPlans, n_roots: int, chosen: torch.Tensor) -> torch.Tensor:
+    """Local ids, int64 [n_roots + n_chosen]: the roots (0 .. n_roots - 1), then the ``chosen``
+    leaves of ``plans.bcast_leaf``, ascending. Layer 0's dense work runs on these rows in
+    training."""
+    sources = torch.unique(plans.bcast_leaf.ids.to(torch.int64)[chosen])
     return torch.cat([torch.arange(n_roots, dtype=torch.int64), sources])
+
+
+def copy_plans(plans: RootPlans, chosen: torch.Tensor, comm: Communicator) -> RootPlans:
+    """``plans`` with the broadcast pruned to the leaves that do not recompute (collective: one
+    exchange of flags, so each root learns which of its leaves still read its copies)."""
+    keep = ~chosen
+    at_root = comm.exchange_rows(keep.to(torch.float32).unsqueeze(1), plans.bcast_leaf,
+                                 plans.bcast_root, Traffic.SETUP)[:, 0] > 0
+    return RootPlans(plans.reduce_leaf, plans.reduce_root, plans.bcast_leaf.subset(keep),
+                     plans.bcast_root.subset(at_root))
 
 
 def extend_input_aggregate(roots_aggregate: torch.Tensor, rows: torch.Tensor, num_local: int,
@@ -43,24 +73,3 @@ def extend_input_aggregate(roots_aggregate: torch.Tensor, rows: torch.Tensor, nu
     with torch.no_grad():
         table = Broadcast.apply(roots_aggregate, num_local, plans, comm, timers, Traffic.SETUP)
         return table.index_select(0, rows).contiguous()
-
-
-class RowsSum(torch.autograd.Function):
-    """Layer 1's local sum from the recomputed rows: h [len(rows), w] is copied into the rows
-    ``rows`` of the layer's persistent source table [n_k, w] (rows the kernel never reads are left
-    as they are) and the kernel runs over it. Backward: the kernel on the transpose, the gradient
-    of those rows."""
-
-    @staticmethod
-    def forward(ctx, h: torch.Tensor, kernel: LocalKernel, table: torch.Tensor,
-                rows: torch.Tensor) -> torch.Tensor:
-        ctx.kernel, ctx.rows, ctx.dtype = kernel, rows, table.dtype
-        with kernel.timers("aggregate"):
-            table.index_copy_(0, rows, h.detach().to(table.dtype))
-            return kernel.forward_rows(table)
-
-    @staticmethod
-    def backward(ctx, grad_p: torch.Tensor):
-        with ctx.kernel.timers("aggregate"):
-            grad_src = ctx.kernel.transposed(grad_p, ctx.dtype)
-        return grad_src.index_select(0, ctx.rows), None, None, None

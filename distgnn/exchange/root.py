@@ -42,8 +42,8 @@ from distgnn.exchange.norms import check_norm, global_out_degree, kernel_weights
 from distgnn.exchange.plans import broadcast_to, root_plans
 from distgnn.exchange.present import DegreePresent, post_masses, take_delivered
 from distgnn.exchange.protocol import ModeAndMessages
-from distgnn.exchange.recompute import (RECOMPUTED_LAYER, RowsSum, extend_input_aggregate,
-                                        recomputed_rows)
+from distgnn.exchange.recompute import (RECOMPUTED_LAYER, choose_recomputed, copy_plans,
+                                        extend_input_aggregate, recomputed_rows)
 from distgnn.exchange.schedule import DelayedSchedule
 from distgnn.exchange.settled import SettledLayers
 from distgnn.exchange.warm import warm_step
@@ -75,7 +75,8 @@ class RootAggregation(ModeAndMessages):
                  stored_input_layers: frozenset[int] = frozenset(), delay: int = 0,
                  constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False,
                  fresh_copies: bool = False, warm: bool = False, present: bool = False,
-                 recompute: bool = False, accumulate: bool = False):
+                 recompute: bool = False, accumulate: bool = False,
+                 recompute_budget: float | None = None):
         check_norm(norm)
         self.part, self.comm, self.eval_comm, self.timers = part, comm, eval_comm, timers
         self.training = True
@@ -105,10 +106,15 @@ class RootAggregation(ModeAndMessages):
         self.present = None
         if present and delay > 0 and comm.size > 1:
             self.present = DegreePresent(self.kernel, self.plans, eval_comm, timers, self.n_roots)
-        #: ``--cdr-rule recompute``: the rows layer 0 runs on in training (None: the roots)
-        self._recomputed = (recomputed_rows(self.plans, self.n_roots)
-                            if recompute and delay > 0 and comm.size > 1 else None)
-        self._recompute_tables: dict[int, torch.Tensor] = {}
+        #: ``--cdr-rule recompute``: the rows layer 0 runs on in training (None: the roots), and
+        #: layer 1's schedule, whose broadcast goes to the leaves that do not recompute
+        self._recomputed = self._recompute_schedule = None
+        if recompute and delay > 0 and comm.size > 1:
+            chosen = choose_recomputed(part, self.plans, self.n_roots, recompute_budget)
+            self._recomputed = recomputed_rows(self.plans, self.n_roots, chosen)
+            self._recompute_schedule = DelayedSchedule.build(
+                copy_plans(self.plans, chosen, comm), part.local_to_global, delay, comm, timers,
+                self.n_roots, delayed_gradients, accumulate)
 
     # -- the Aggregation protocol ------------------------------------------------------------
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
@@ -204,24 +210,22 @@ class RootAggregation(ModeAndMessages):
         r, n_roots = schedule.delay, self.n_roots
         stored, constant = layer in self.stored_input_layers, layer in self.settled.layers
         recomputed = self._recomputed is not None and layer == RECOMPUTED_LAYER
+        if recomputed:  # its broadcast goes only to the leaves that do not recompute
+            schedule = self._recompute_schedule
         state = self.layers.setdefault(layer, DelayedSumState())
-        delayed_copies = not stored and not self.fresh_copies and not recomputed
+        has_table = not stored and not self.fresh_copies
+        delayed_copies = has_table and schedule.moves_copies
         if state.remote is None:
             state.remote = h.new_zeros((n_roots, h.shape[1]), dtype=torch.float32)
-            if delayed_copies:
+            if has_table:
                 state.table = h.new_zeros((self.part.num_local, h.shape[1]))  # h's row dtype
             if self.present is not None:
                 self.present.start(state, delayed_copies)
         e, box = state.step, state.mailbox
         if self.warm and e < r:
-            if stored:
-                src = self._feat_rows
-            elif recomputed:
-                src = h.new_zeros((self.part.num_local, h.shape[1])).index_copy(
-                    0, self._recomputed, h)
-            else:
-                src = Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers,
-                                      Traffic.FORWARD)
+            # a recomputed leaf's row equals its root's: cd-0's broadcast of the roots' rows
+            src = self._feat_rows if stored else Broadcast.apply(
+                h[:n_roots], self.part.num_local, self.plans, comm, self.timers, Traffic.FORWARD)
             out = warm_step(src, n_roots, self.kernel, self.plans, comm, self.timers, state)
             self.settled.offer(layer, out, True)  # R of a constant layer is final at once
             return out
@@ -239,22 +243,17 @@ class RootAggregation(ModeAndMessages):
                     take_delivered(schedule, state, e, copies_taken)
         if stored:
             p = self.kernel(self._feat_rows)
-        elif recomputed:
-            table = self._recompute_tables.get(layer)
-            if table is None or table.shape[1] != h.shape[1] or table.dtype != h.dtype:
-                table = self._recompute_tables[layer] = h.new_zeros(
-                    (self.part.num_local, h.shape[1]))
-            p = RowsSum.apply(h, self.kernel, table, self._recomputed)
         elif self.fresh_copies:
             p = self.kernel(Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers,
                                             Traffic.FORWARD))
         else:
-            p = TableSum.apply(h, self.kernel, schedule, state, e)
+            p = TableSum.apply(h, self.kernel, schedule, state, e,
+                               self._recomputed if recomputed else None)
         degree = self.present is not None and DegreePresent.active(e, r)
         masses = self.present.masses(state) if degree else None
         if comm.size > 1:
             with self.timers("exchange_wait"):
-                if delayed_copies:
+                if delayed_copies:  # (a recomputing layer's h has its roots first)
                     schedule.post(box, "copies", e, h[bins.bcast_root.ids], bins.bcast_root,
                                   bins.bcast_leaf, Direction.BROADCAST)
                 if not constant or e < r:

@@ -13,7 +13,8 @@ from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm, check_precision, parse_
 from distgnn.train.cdr_rules import DEFAULT_RULE, parse_cdr_rule
 
 #: keys added to the hyperparameters after checkpoints existed, with the value older ones meant
-LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8, "fresh_copies": False, "cdr_rule": "delayed"}
+LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8, "fresh_copies": False, "cdr_rule": "delayed",
+                         "recompute_budget": None}
 
 
 @dataclass
@@ -54,6 +55,9 @@ class TrainConfig:
     #: cd-r under root: the rule before the delayed messages arrive and for the stored input
     #: (distgnn/train/cdr_rules.py; docs/design.md#cdr-rules)
     cdr_rule: str = DEFAULT_RULE
+    #: ``--cdr-rule`` recompute rules: at most this many leaf rows per root recompute (the
+    #: leaves with the most local out-edges); None: every leaf that is a source of local edges
+    recompute_budget: float | None = None
     #: seconds without a heartbeat after which a rank counts as silent and the job is ended
     #: (distgnn/train/watchdog.py; 0: no watchdog). Not an epoch time limit.
     hang_timeout_s: float = 600.0
@@ -65,7 +69,7 @@ class TrainConfig:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
         ``apply`` as resolved (``root`` or ``replicas``)."""
         keep = ("algo", "model", "heads", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
-                "precision", "delayed_gradients", "fresh_copies", "cdr_rule")
+                "precision", "delayed_gradients", "fresh_copies", "cdr_rule", "recompute_budget")
         out = {k: v for k, v in asdict(self).items() if k in keep}
         algorithm = parse_algorithm(self.algo)
         out["apply"] = resolve_apply(self.apply, algorithm)
@@ -144,6 +148,13 @@ def check_config(config: TrainConfig) -> Algorithm:
             if config.layers < 2:
                 raise DistgnnError(f"--cdr-rule {config.cdr_rule}: needs --layers >= 2 (it "
                                    f"recomputes layer 1's source rows), got {config.layers}")
+    if config.recompute_budget is not None:
+        if not parse_cdr_rule(config.cdr_rule).recompute:
+            raise DistgnnError(f"--recompute-budget: only with a --cdr-rule that recomputes "
+                               f"(got --cdr-rule {config.cdr_rule})")
+        if not (math.isfinite(config.recompute_budget) and config.recompute_budget >= 0):
+            raise DistgnnError(f"--recompute-budget must be a number >= 0 (leaf rows per root), "
+                               f"got {config.recompute_budget}")
     if not config.hang_timeout_s >= 0.0:
         raise DistgnnError(f"--hang-timeout must be >= 0 seconds (0: off), got {config.hang_timeout_s}")
     for option, every in (("--eval-every", config.eval_every),

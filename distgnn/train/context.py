@@ -115,7 +115,7 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
         part, algorithm, apply, model.norm, comm, eval_comm, timers, config.threads,
         bool(getattr(model, "aggregates_input_first", False)), config.input_cache,
         resolve_delayed_gradients(config.delayed_gradients, algorithm, apply), config.fresh_copies,
-        rule.warm, rule.present, rule.recompute, rule.accumulate)
+        rule.warm, rule.present, rule.recompute, rule.accumulate, config.recompute_budget)
     if config.precision == "bf16":  # rows gathered and exchanged in bfloat16 (distgnn/precision.py)
         comm.payload_dtype = torch.bfloat16
         aggregation.gather_features_as(torch.bfloat16)

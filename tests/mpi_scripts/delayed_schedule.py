@@ -166,6 +166,10 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     apply = apply.removesuffix("-warm")
     present = apply.endswith("-present")   # --cdr-rule present
     apply = apply.removesuffix("-present")
+    budget = None   # --recompute-budget B, spelled -bB after -recompute
+    if "-recompute-b" in apply:
+        apply, _, b = apply.rpartition("-b")
+        budget = float(b)
     recompute = apply.endswith("-recompute")   # --cdr-rule recompute (layer 1)
     apply = apply.removesuffix("-recompute")
     fresh = apply.endswith("-fresh")   # --fresh-copies
@@ -190,7 +194,8 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
         return comm.gather(out)
     if apply == "root":
         agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
-                              fresh_copies=fresh, warm=warm, present=present, recompute=recompute)
+                              fresh_copies=fresh, warm=warm, present=present, recompute=recompute,
+                              recompute_budget=budget)
         rows = part.num_roots
         if recompute:  # layer 1: each leaf source's row computed on its own rank, at this step
             recomputed = part.local_to_global[agg.training_rows()]
@@ -217,7 +222,7 @@ def main() -> None:
     """argv: ALGO[@APPLY]:STEPS ... (APPLY: replicas, the default, root, root-gat: GAT's
     attention at the roots, or root-gat-inputs: the same for a layer that hands its (h, W); each
     with -fresh: --fresh-copies, or -recompute: --cdr-rule recompute, driving layer 1 (root and
-    root-grad only; then -warm: --cdr-rule warm, root and root-grad only, or -present: --cdr-rule
+    root-grad only; root also -recompute-bB: --recompute-budget B; then -warm: --cdr-rule warm, root and root-grad only, or -present: --cdr-rule
     present, root only); root-grad, root-gat-grad, root-gat-inputs-grad: their input
     gradients, root-grad also with a last suffix -accumulate: --cdr-rule accumulate); prints
     {spec before ':': values[rank][step][vertex]} on rank 0."""
