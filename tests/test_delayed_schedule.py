@@ -183,8 +183,6 @@ GRADIENT_STEPS = 8
 #: --recompute-budget B of the recompute runs, and the (part, leaf) pairs that recompute under
 #: it: part 0 (3 roots) holds leaf 4, a source of 4->1, part 2 (2 roots) leaf 0, of 0->3
 BUDGETS = {0.0: frozenset(), 0.4: frozenset({(0, 4)}), 0.5: frozenset({(0, 4), (2, 0)})}
-#: the accumulated gradient runs: r and steps (window sums settle by step 4r)
-ACCUMULATE_R, ACCUMULATE_STEPS = 2, 12
 #: the attention runs: the z form (z given), and a layer that hands (h, W) (the input form)
 ATTENTION_FORMS = ("gat", "gat-inputs")
 GRADIENT_KINDS = ("root-grad", "root-gat-grad", "root-gat-inputs-grad")
@@ -215,8 +213,6 @@ def computed() -> dict:
                 for warm in ("", "-warm")]
              + [f"cd-{r}@root-recompute-b{b}:{steps_for(r)}" for r in (1, 3) for b in BUDGETS]
              + [f"cd-1@root-grad-recompute:{GRADIENT_STEPS}"]
-             + [f"cd-{ACCUMULATE_R}@root-grad{acc}:{ACCUMULATE_STEPS}"
-                for acc in ("", "-accumulate")]
              + [f"cd-0@root-{gat}:3" for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}:{steps_for(r)}" for r in (1, 2, 3) for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}-fresh:{steps_for(r)}" for r in (1, 3) for gat in ATTENTION_FORMS]
@@ -368,31 +364,6 @@ def test_root_recompute_gradients_sum_to_the_exact_ones(computed: dict) -> None:
             np.testing.assert_allclose(grad, want[v], rtol=1e-5, atol=1e-6,
                                        err_msg=f"recompute: vertex {v} at step {e}")
     assert any(not np.allclose(g, want[v]) for v, g in summed(0).items())
-
-
-def window_sums(got: list, r: int, start: int) -> list[dict[str, np.ndarray]]:
-    """Per rank: each root's input gradient summed over the r steps from ``start``."""
-    return [{v: np.sum([got[k][e][v] for e in range(start, start + r)], axis=0)
-             for v in got[k][0]} for k in range(3)]
-
-
-def test_accumulated_gradients_settle_to_the_exact_ones_per_window(computed: dict) -> None:
-    """--cdr-rule accumulate: a delayed gradient carries what its row gathered over every step
-    since its bin last moved, so with the same inputs and loss at every step, each root's input
-    gradient summed over any r consecutive steps (once settled, from step 4r) is r times cd-0's;
-    under the first rule each remote gradient counts once in r steps, so its window sums differ."""
-    r, exact = ACCUMULATE_R, computed["cd-0@root-grad"]
-    first = computed[f"cd-{r}@root-grad"]
-    got = computed[f"cd-{r}@root-grad-accumulate"]
-    for start in range(4 * r, ACCUMULATE_STEPS - r + 1):
-        sums = window_sums(got, r, start)
-        for k in range(3):
-            for v, grad in sums[k].items():
-                np.testing.assert_allclose(grad, r * np.asarray(exact[k][0][v]), rtol=1e-5,
-                                           atol=1e-6, err_msg=f"root {v} from step {start}")
-    plain = window_sums(first, r, 4 * r)
-    assert any(not np.allclose(plain[k][v], r * np.asarray(exact[k][0][v]))
-               for k in range(3) for v in plain[k])
 
 
 def test_root_present_expectation_is_scaled_then_the_rule() -> None:

@@ -193,6 +193,40 @@ def test_cdr_rules_warm_steps_are_cd0_and_input_sends_no_layer0(partitions, tmp_
         assert json.loads((run / "summary.json").read_text())["hyperparameters"]["cdr_rule"] == rule
 
 
+def test_cdr_recompute_moves_no_copies_and_budget_zero_is_input(partitions, tmp_path: Path) -> None:
+    """--cdr-rule recompute (docs/design.md#cdr-rules), cd-2 on three parts: the leaves compute
+    layer 1's source rows themselves (every source leaf: budget inf), so no copies move
+    (without delayed gradients, where each
+    direction counts forward rows only: nothing is broadcast, and the partials reduced are
+    `input`'s, which also broadcasts copies); with --recompute-budget 0 no leaf recomputes and
+    the run is `input`'s bit for bit; the summary records rule, budget and the rows
+    recomputed."""
+    parts, epochs = 3, 6
+    names = ("input", "recompute", "budget0", "input-nodg", "recompute-nodg")
+    runs = {name: tmp_path / name for name in names}
+    common = ("--algo", "cd-2", "--epochs", epochs, "--eval-every", "0")
+    nodg = ("--no-delayed-gradients",)
+    train_many(partitions[parts], parts, {
+        runs["input"]: (*common, "--cdr-rule", "input"),
+        runs["recompute"]: (*common, "--cdr-rule", "recompute", "--recompute-budget", "inf"),
+        runs["budget0"]: (*common, "--cdr-rule", "recompute", "--recompute-budget", "0"),
+        runs["input-nodg"]: (*common, "--cdr-rule", "input", *nodg),
+        runs["recompute-nodg"]: (*common, "--cdr-rule", "recompute", "--recompute-budget", "inf",
+                                 *nodg)})
+    for got, want in zip(records(runs["recompute-nodg"]), records(runs["input-nodg"])):
+        assert got["bytes_broadcast"] == 0 < want["bytes_broadcast"]
+        assert got["bytes_reduce"] == want["bytes_reduce"] > 0
+    assert np.all(np.isfinite(losses(runs["recompute"])))
+    np.testing.assert_array_equal(losses(runs["budget0"]), losses(runs["input"]))
+    assert any(abs(a - b) > 1e-6 for a, b in zip(losses(runs["recompute"]), losses(runs["input"])))
+    summary = {name: json.loads((run / "summary.json").read_text()) for name, run in runs.items()}
+    assert (summary["budget0"]["hyperparameters"]["cdr_rule"],
+            summary["budget0"]["hyperparameters"]["recompute_budget"]) == ("recompute", 0.0)
+    assert summary["recompute"]["hyperparameters"]["recompute_budget"] == float("inf")
+    assert summary["recompute"]["recomputed_rows"] > 0 == summary["budget0"]["recomputed_rows"]
+    assert summary["input"]["recomputed_rows"] is None
+
+
 @pytest.fixture(scope="module")
 def narrow_input_parts(tmp_path_factory) -> Path:
     """Three Libra parts of a twin whose 8 input features are narrower than hidden 16, so layer 0

@@ -15,7 +15,6 @@ def build_aggregation(part: PartitionData, algorithm: Algorithm, apply: str, nor
                       aggregates_first: bool, input_cache: bool, delayed_gradients: bool,
                       fresh_copies: bool, warm: bool = False,
                       present: bool = False, recompute: bool = False,
-                      accumulate: bool = False,
                       recompute_budget: float | None = None) -> Aggregation:
     """The aggregation of ``apply`` (``root`` or ``replicas``) for ``algorithm``.
 
@@ -27,15 +26,14 @@ def build_aggregation(part: PartitionData, algorithm: Algorithm, apply: str, nor
     ``--cdr-rule warm``): each summed layer's first r steps run cd-0's exchange; ``present``
     (``--cdr-rule present``): early aggregates scaled to the rows present; ``recompute``
     (``--cdr-rule recompute``): the leaves compute layer 1's source rows themselves (at most
-    ``recompute_budget`` times the roots of rows, ``--recompute-budget``); ``accumulate``: the
-    delayed gradients carry every step's gradient since their bin last moved.
+    ``recompute_budget`` times the roots of rows, ``--recompute-budget``).
     """
     if apply == "root":
         stored = frozenset({0}) if aggregates_first else frozenset()
         return RootAggregation(part, norm, comm, eval_comm, timers, threads, stored,
                                algorithm.delay, stored if input_cache else frozenset(),
                                delayed_gradients, fresh_copies, warm, present, recompute,
-                               accumulate, recompute_budget)
+                               recompute_budget)
     constant = frozenset({0}) if input_cache and algorithm.keeps_own_input_aggregate(
         comm.size, aggregates_first) else frozenset()
     return ReplicaAggregation(part, algorithm, norm, comm, eval_comm, timers, threads, constant)

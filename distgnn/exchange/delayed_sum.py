@@ -42,13 +42,10 @@ class DelayedSumState:
     #: delivered masses (:mod:`distgnn.exchange.present`)
     present: torch.Tensor | None = None
     counts: torch.Tensor | None = None
-    #: accumulated delayed gradients (:meth:`DelayedSchedule.bin_gradient`): per gradient
-    #: channel, float [rows, w], what each row gathered since its bin last moved
-    gradient_sums: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
         out = {"step": self.step, "table": self.table, "remote": self.remote,
-               "mailbox": self.mailbox.state_dict(), "gradient_sums": self.gradient_sums}
+               "mailbox": self.mailbox.state_dict()}
         if self.present is not None:
             out.update(present=self.present, counts=self.counts)
         return out
@@ -57,8 +54,7 @@ class DelayedSumState:
     def from_state(cls, state: dict[str, Any]) -> "DelayedSumState":
         mailbox = Mailbox.from_state({"counts": {}, **state["mailbox"]})
         return cls(step=state["step"], table=state["table"], remote=state["remote"],
-                   mailbox=mailbox, present=state.get("present"), counts=state.get("counts"),
-                   gradient_sums=state.get("gradient_sums", {}))
+                   mailbox=mailbox, present=state.get("present"), counts=state.get("counts"))
 
 
 class DelayedReduceGrad(torch.autograd.Function):
@@ -78,10 +74,8 @@ class DelayedReduceGrad(torch.autograd.Function):
         bins = schedule.bin(e)
         grad_p = grad_a.new_zeros((ctx.n_local, grad_a.shape[1]))
         grad_p[:grad_a.shape[0]] = grad_a
-        rows = schedule.bin_gradient(ctx.state.gradient_sums, "partials_grad", grad_a,
-                                     bins.reduce_root.ids)
         got = schedule.post_and_take_gradient(ctx.state.mailbox, "partials_grad", e,
-                                              rows, bins.reduce_root,
+                                              grad_a[bins.reduce_root.ids], bins.reduce_root,
                                               bins.reduce_leaf, Direction.BROADCAST)
         if got is not None:
             grad_p[bins.reduce_leaf.ids] += got
@@ -117,5 +111,5 @@ class TableSum(torch.autograd.Function):
         bins = schedule.bin(e)
         grad_h = None if ctx.rows is None else grad_src.index_select(0, ctx.rows)
         return schedule.copies_gradient(ctx.state.mailbox, "copies_grad", e, grad_src,
-                                        bins.bcast_leaf, bins.bcast_root,
-                                        ctx.state.gradient_sums, grad_h), None, None, None, None, None
+                                        bins.bcast_leaf, bins.bcast_root, grad_h), \
+            None, None, None, None, None

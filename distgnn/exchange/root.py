@@ -75,8 +75,7 @@ class RootAggregation(ModeAndMessages):
                  stored_input_layers: frozenset[int] = frozenset(), delay: int = 0,
                  constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False,
                  fresh_copies: bool = False, warm: bool = False, present: bool = False,
-                 recompute: bool = False, accumulate: bool = False,
-                 recompute_budget: float | None = None):
+                 recompute: bool = False, recompute_budget: float | None = None):
         check_norm(norm)
         self.part, self.comm, self.eval_comm, self.timers = part, comm, eval_comm, timers
         self.training = True
@@ -100,7 +99,7 @@ class RootAggregation(ModeAndMessages):
         if delay > 0:
             self.schedule = DelayedSchedule.build(
                 self.plans, part.local_to_global, delay, comm, timers, self.n_roots,
-                delayed_gradients and comm.size > 1, accumulate)
+                delayed_gradients and comm.size > 1)
             self.attention_rule = DelayedAttention(part, self.plans, self.schedule, threads,
                                                    self.fresh_copies)
         self.present = None
@@ -114,7 +113,7 @@ class RootAggregation(ModeAndMessages):
             self._recomputed = recomputed_rows(self.plans, self.n_roots, chosen)
             self._recompute_schedule = DelayedSchedule.build(
                 copy_plans(self.plans, chosen, comm), part.local_to_global, delay, comm, timers,
-                self.n_roots, delayed_gradients, accumulate)
+                self.n_roots, delayed_gradients and comm.size > 1)
 
     # -- the Aggregation protocol ------------------------------------------------------------
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:

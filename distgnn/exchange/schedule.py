@@ -27,21 +27,16 @@ class DelayedSchedule:
     #: per bin, int64: where that bin's rows lie among the reduce plan's received rows
     reduce_positions: list[torch.Tensor]
     delayed_gradients: bool          #: each exchange's adjoint also moves, r steps late
-    #: ``--cdr-rule ...-accumulate``: a row's gradient is summed over every step since its bin
-    #: last moved, not only the step it moves at (docs/design.md#cdr-rules)
-    accumulate: bool = False
     #: some rank's broadcast plan has rows (False when every leaf recomputes: no copies move)
     moves_copies: bool = True
 
     @classmethod
     def build(cls, plans: RootPlans, global_ids: torch.Tensor, delay: int, comm: Communicator,
-              timers: Timers, n_roots: int, delayed_gradients: bool,
-              accumulate: bool = False) -> "DelayedSchedule":
+              timers: Timers, n_roots: int, delayed_gradients: bool) -> "DelayedSchedule":
         received_bins = global_ids[plans.reduce_root.ids] % delay
         return cls(comm, timers, delay, n_roots, root_bins(plans, global_ids, delay),
                    [torch.nonzero(received_bins == b).flatten() for b in range(delay)],
-                   delayed_gradients, accumulate and delayed_gradients,
-                   comm.sum(len(plans.bcast_leaf.ids)) > 0)
+                   delayed_gradients, comm.sum(len(plans.bcast_leaf.ids)) > 0)
 
     def bin(self, step: int) -> RootPlans:
         """The plans of the bin that moves at ``step``."""
@@ -64,38 +59,18 @@ class DelayedSchedule:
             earlier = step - self.delay
             return mailbox.take(channel, earlier) if mailbox.holds(channel, earlier) else None
 
-    def bin_gradient(self, sums: dict[str, torch.Tensor] | None, channel: str,
-                     grad: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-        """The gradient rows ``ids`` of this step's bin, to post: ``grad[ids]``; with
-        :attr:`accumulate` (``sums`` holds one running sum per channel, shaped as ``grad``) the
-        sum of ``grad`` over every step since these rows last moved, whose rows are then reset."""
-        if not self.accumulate or sums is None:
-            return grad[ids]
-        total = sums.get(channel)
-        if total is None:
-            total = sums[channel] = torch.zeros_like(grad, dtype=torch.float32)
-        total += grad
-        rows = total[ids].to(grad.dtype)
-        total[ids] = 0.0
-        return rows
-
     def copies_gradient(self, mailbox: Mailbox, channel: str, step: int,
                         grad_table: torch.Tensor, leaf_plan: RowPlan,
-                        root_plan: RowPlan,
-                        sums: dict[str, torch.Tensor] | None = None,
-                        grad_h: torch.Tensor | None = None) -> torch.Tensor:
+                        root_plan: RowPlan, grad_h: torch.Tensor | None = None) -> torch.Tensor:
         """The gradient of the rows a cd-r table was filled from, from the table's [n_k, w]:
         ``grad_h`` (default: the table's prefix [n_roots, w]; its first n_roots rows are the
         roots'), plus, with delayed gradients, at the roots the copies' gradients their leaves
-        posted r steps ago (this step's are posted; summed since the last post with ``sums``,
-        :meth:`bin_gradient`)."""
+        posted r steps ago (this step's are posted)."""
         if grad_h is None:
             grad_h = grad_table[:self.n_roots]
         if not self.delayed_gradients or not self.moves_copies:
             return grad_h
-        got = self.post_and_take_gradient(mailbox, channel, step,
-                                          self.bin_gradient(sums, channel, grad_table,
-                                                            leaf_plan.ids),
+        got = self.post_and_take_gradient(mailbox, channel, step, grad_table[leaf_plan.ids],
                                           leaf_plan, root_plan, Direction.REDUCE)
         if got is None:
             return grad_h

@@ -1,6 +1,7 @@
 """cd-r's rules at the root (``--cdr-rule``): what a cd-<r> run under ``--apply root`` does while
-its delayed messages have not yet arrived, and where the stored input is aggregated
-(docs/design.md#cdr-rules). Pure Python, so the CLI can name them without importing torch.
+its delayed messages have not yet arrived, where the stored input is aggregated and who computes
+layer 1's source rows (docs/design.md#cdr-rules). Pure Python, so the CLI can name them without
+importing torch.
 """
 from __future__ import annotations
 
@@ -27,10 +28,6 @@ class CdrRule:
     #: features and the exact input aggregate (sent once): layer 1 reads no copies (implies
     #: ``input_cache``)
     recompute: bool = False
-    #: a delayed gradient carries the sum of a row's gradients over every step since its bin last
-    #: moved, not only the gradient of the step it moves at
-    accumulate: bool = False
-
 
 #: every rule by name; ``delayed`` is the rule of runs and checkpoints made before the option
 RULES = {rule.name: rule for rule in (
@@ -42,13 +39,11 @@ RULES = {rule.name: rule for rule in (
     CdrRule("present-input", present=True, input_cache=True),
     CdrRule("recompute", recompute=True, input_cache=True),
     CdrRule("warm-recompute", warm=True, recompute=True, input_cache=True),
-    CdrRule("accumulate", accumulate=True),
-    CdrRule("input-accumulate", input_cache=True, accumulate=True),
-    CdrRule("warm-input-accumulate", warm=True, input_cache=True, accumulate=True),
-    CdrRule("recompute-accumulate", recompute=True, input_cache=True, accumulate=True),
 )}
+#: the default of ``--recompute-budget`` (train.recompute_budget): recomputed leaf rows per root
+DEFAULT_RECOMPUTE_BUDGET = 1.0
 #: the default of ``--cdr-rule`` (train.cdr_rule)
-DEFAULT_RULE = "delayed"
+DEFAULT_RULE = "recompute"
 
 
 def parse_cdr_rule(name: str) -> CdrRule:

@@ -15,7 +15,6 @@ import torch
 from distgnn import ops
 from distgnn.precision import dense_autocast, in_dtype, in_float32
 from distgnn.train.adam import Adam
-from distgnn.train.cdr_rules import parse_cdr_rule
 from distgnn.train.context import RankContext
 from distgnn.train.metrics import loss_sum, mean_roc_auc
 
@@ -63,7 +62,7 @@ def forward(ctx: RankContext, dropout: LayerFn | None, epoch: int | None = None)
         dropout = in_float32(dropout)
     cached, x = ctx.input_aggregate, ctx.x
     if ctx.aggregation.training and not (ctx.algorithm.trains_with_input_cache(ctx.comm.size)
-                                         or parse_cdr_rule(ctx.config.cdr_rule).input_cache):
+                                         or ctx.config.cdr_rule_in_effect().input_cache):
         cached = None
     if ctx.aggregation.training and ctx.train_rows is not None:
         cached, x = ctx.train_input_aggregate, ctx.train_x

@@ -112,17 +112,15 @@ def attend_inputs(agg: RootAggregation, h: torch.Tensor, w: torch.Tensor, el: to
 
 
 def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, fresh: bool,
-              attention: str, warm: bool = False, recompute: bool = False,
-              accumulate: bool = False) -> list | None:
+              attention: str, warm: bool = False, recompute: bool = False) -> list | None:
     """Under apply-at-root with delayed gradients, the same inputs at every step (step 0's) and the
     loss sum(out * weight), weight fixed by global id: per step, every root's input gradient (z, el,
     er for attention; h, el, er and, under the key "W", the rank's W gradient for its input form;
     h for the mean). ``recompute`` (--cdr-rule recompute, the mean on layer 1): the gradient of
-    every row the rank computes on, its recomputed leaves' included, under the key "rows".
-    ``accumulate``: --cdr-rule accumulate (the mean)."""
+    every row the rank computes on, its recomputed leaves' included, under the key "rows"."""
     agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=delay,
                           delayed_gradients=True, fresh_copies=fresh, warm=warm,
-                          recompute=recompute, accumulate=accumulate)
+                          recompute=recompute)
     if recompute:
         gids, out = part.local_to_global[agg.training_rows()], []
         for _ in range(steps):
@@ -160,8 +158,6 @@ def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, f
 def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     part = build(comm.rank, comm.size)
     algorithm = parse_algorithm(algo)
-    accumulate = apply.endswith("-accumulate")   # --cdr-rule accumulate (root-grad only)
-    apply = apply.removesuffix("-accumulate")
     warm = apply.endswith("-warm")     # --cdr-rule warm
     apply = apply.removesuffix("-warm")
     present = apply.endswith("-present")   # --cdr-rule present
@@ -177,7 +173,7 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     gradient_kinds = {"root-grad": "", "root-gat-grad": "z", "root-gat-inputs-grad": "inputs"}
     if apply in gradient_kinds:  # frozen inputs: each root's input gradients
         return gradients(comm, part, algorithm.delay, steps, fresh, gradient_kinds[apply], warm,
-                         recompute, accumulate)
+                         recompute)
     if apply in ("root-gat", "root-gat-inputs"):  # GAT's attention at the roots
         agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
                               fresh_copies=fresh)
@@ -222,9 +218,9 @@ def main() -> None:
     """argv: ALGO[@APPLY]:STEPS ... (APPLY: replicas, the default, root, root-gat: GAT's
     attention at the roots, or root-gat-inputs: the same for a layer that hands its (h, W); each
     with -fresh: --fresh-copies, or -recompute: --cdr-rule recompute, driving layer 1 (root and
-    root-grad only; root also -recompute-bB: --recompute-budget B; then -warm: --cdr-rule warm, root and root-grad only, or -present: --cdr-rule
-    present, root only); root-grad, root-gat-grad, root-gat-inputs-grad: their input
-    gradients, root-grad also with a last suffix -accumulate: --cdr-rule accumulate); prints
+    root-grad only; root also -recompute-bB: --recompute-budget B); then -warm: --cdr-rule warm
+    (root and root-grad only), or -present: --cdr-rule present (root only); root-grad,
+    root-gat-grad, root-gat-inputs-grad: their input gradients); prints
     {spec before ':': values[rank][step][vertex]} on rank 0."""
     comm = Communicator()
     results = {}
