@@ -151,7 +151,7 @@ def row_label(row: dict) -> str:
     from distgnn.train.cdr_rules import DEFAULT_RECOMPUTE_BUDGET, DEFAULT_RULE
 
     label = row["algo"] + (" --fresh-copies" if row.get("fresh_copies") else "")
-    if row.get("rule", DEFAULT_RULE) != DEFAULT_RULE:
+    if row.get("rule") not in (None, DEFAULT_RULE):
         label += f" --cdr-rule {row['rule']}"
     if row.get("recompute_budget") not in (None, DEFAULT_RECOMPUTE_BUDGET):
         label += f" --recompute-budget {row['recompute_budget']:g}"

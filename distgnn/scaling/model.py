@@ -54,7 +54,7 @@ class EpochPrediction:
     overhead_s: float
     apply: str = "replicas"
     fresh_copies: bool = False
-    rule: str = "delayed"
+    rule: str | None = None               #: cd-r at the root: its --cdr-rule (else None)
     recompute_budget: float | None = None
 
     @property
@@ -81,8 +81,8 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
     a = parse_algorithm(algo)
     apply = resolve_apply(apply, a)
     fresh_copies = fresh_copies and a.delay > 0 and apply == "root"
-    cdr_rule = parse_cdr_rule(rule if a.delay > 0 and not a.original and apply == "root"
-                              else "delayed")
+    has_rule = a.delay > 0 and not a.original and apply == "root"
+    cdr_rule = parse_cdr_rule(rule if has_rule else "delayed")
     rf = 1.0 if parts == 1 else float(rf if rf is not None else law(parts))
     n = rf * graph.num_nodes / parts * (law.vertex_balance if parts > 1 else 1.0)
     m = graph.num_edges / parts * (law.edge_balance if parts > 1 else 1.0)
@@ -125,7 +125,7 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
                 exchange += 2 * (parts - 1) * net.latency + costs.copy_s_per_float * 3 * leaves * w / a.delay
     allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)
     return EpochPrediction(parts, algo, rf, aggregate, dense, exchange, allreduce, costs.overhead_s,
-                           apply, fresh_copies, cdr_rule.name,
+                           apply, fresh_copies, cdr_rule.name if has_rule else None,
                            recompute_budget if cdr_rule.recompute and not fresh_copies else None)
 
 
