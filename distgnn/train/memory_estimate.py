@@ -204,14 +204,15 @@ def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int, al
                         baseline: int = DEFAULT_BASELINE_BYTES,
                         input_cache: bool = True, apply: str = "auto",
                         model: str = "sage", runtime: int = RUNTIME_OVERHEAD_BYTES,
-                        **options: Any) -> list[MemoryEstimate]:
+                        recompute: float = 0.0, **options: Any) -> list[MemoryEstimate]:
     """The estimate of every rank of a run (one per part); ``max(e.total for e in ...)`` is the
-    figure to compare with the memory per rank (bytes)."""
+    figure to compare with the memory per rank (bytes); ``recompute`` as
+    :func:`estimate_shape`."""
     from distgnn.train.partition_data import read_num_parts
 
     num_parts = read_num_parts(partdir)
     return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                           input_cache, apply, model, runtime, **options)
+                           input_cache, apply, model, runtime, recompute=recompute, **options)
             for k in range(num_parts)]
 
 
