@@ -5,7 +5,8 @@
 
 An entry of ``--algos`` is ``ALGO[@APPLY][+nodg][+fresh][+rule=NAME]``: the algorithm, optionally its
 ``--apply`` mode (default: auto), ``+nodg`` for ``--no-delayed-gradients``, ``+fresh`` for
-``--fresh-copies`` and ``+rule=NAME`` for ``--cdr-rule NAME`` (e.g. ``cd-5+rule=warm``; ``cd-5@replicas``; ``cd-5+nodg``: cd-5 at the root without its delayed
+``--fresh-copies``, ``+rule=NAME`` for ``--cdr-rule NAME`` and ``+budget=B`` for
+``--recompute-budget B`` (e.g. ``cd-5+rule=warm``; ``cd-5@replicas``; ``cd-5+nodg``: cd-5 at the root without its delayed
 gradients; ``cd-5+fresh``: cd-5 at the root, only the partials delayed). ``--model`` trains another model
 (``--heads`` for GAT; ``--aggregator`` is GraphSAGE's).
 
@@ -111,13 +112,15 @@ def main() -> int:
         base, *suffixes = algo.split("+")
         name, _, apply = base.partition("@")
         rules = [s.removeprefix("rule=") for s in suffixes if s.startswith("rule=")]
-        suffixes = [s for s in suffixes if not s.startswith("rule=")]
+        budgets = [s.removeprefix("budget=") for s in suffixes if s.startswith("budget=")]
+        suffixes = [s for s in suffixes if not s.startswith(("rule=", "budget="))]
         unknown = set(suffixes) - set(SUFFIXES)
         if unknown:
             parser.error(f"--algos {algo}: unknown suffix +{', +'.join(sorted(unknown))} (known: "
                          f"+{', +'.join(SUFFIXES)}, +rule=NAME)")
         variant = (["--apply", apply or "auto"] + [SUFFIXES[s] for s in suffixes]
-                   + [a for rule in rules for a in ("--cdr-rule", rule)])
+                   + [a for rule in rules for a in ("--cdr-rule", rule)]
+                   + [a for budget in budgets for a in ("--recompute-budget", budget)])
         for seed in args.seeds:
             prefix = {"sage": f"{args.aggregator}-" if args.aggregator != "mean" else "",
                       "gat": f"gat-h{args.heads}-"}.get(args.model, f"{args.model}-")

@@ -83,9 +83,26 @@ def test_a_checkpoint_from_before_cdr_rules_resumes_the_first_rule_only(tmp_path
     a run of that rule and refuses one of another (docs/design.md#cdr-rules)."""
     from distgnn.train.config import TrainConfig
 
-    old = {k: v for k, v in TrainConfig(algo="cd-5").hyperparameters().items() if k != "cdr_rule"}
+    old = {k: v for k, v in TrainConfig(algo="cd-5", cdr_rule="delayed").hyperparameters().items()
+           if k not in ("cdr_rule", "recompute_budget")}
     make(tmp_path, 4, manifest=True, hyper=old)
     same = TrainConfig(algo="cd-5", cdr_rule="delayed").hyperparameters()
     assert ckpt.newest_checkpoint(tmp_path, same)[0] == 4
     with pytest.raises(DistgnnError, match="cdr_rule='delayed', not 'warm'"):
         ckpt.newest_checkpoint(tmp_path, TrainConfig(algo="cd-5", cdr_rule="warm").hyperparameters())
+
+
+def test_the_recompute_budget_is_a_hyperparameter_where_the_leaves_recompute(tmp_path: Path) -> None:
+    """--recompute-budget (docs/design.md#cdr-rules) is recorded as in force: the default 1 for
+    cd-r under the default rule, the given value, None where nothing recomputes (cd-0, the
+    first rule, GAT); a checkpoint of one budget is not resumed under another."""
+    from distgnn.train.config import TrainConfig
+
+    assert TrainConfig(algo="cd-5").hyperparameters()["recompute_budget"] == 1.0
+    assert TrainConfig(algo="cd-5", recompute_budget=0.5).hyperparameters()["recompute_budget"] == 0.5
+    for config in (TrainConfig(algo="cd-0"), TrainConfig(algo="cd-5", cdr_rule="delayed"),
+                   TrainConfig(algo="cd-5", model="gat"), TrainConfig(algo="cd-5", fresh_copies=True)):
+        assert config.hyperparameters()["recompute_budget"] is None, config
+    make(tmp_path, 3, manifest=True, hyper=TrainConfig(algo="cd-5").hyperparameters())
+    with pytest.raises(DistgnnError, match="recompute_budget=1.0, not 0.5"):
+        ckpt.newest_checkpoint(tmp_path, TrainConfig(algo="cd-5", recompute_budget=0.5).hyperparameters())

@@ -82,15 +82,16 @@ def last_delivered(e: int, u: int, r: int, warm: bool = False) -> int | None:
 
 
 def expected_root(r: int, steps: int, fresh: bool = False, warm: bool = False,
-                  present: bool = False) -> list[dict]:
+                  present: bool = False, current: frozenset = frozenset()) -> list[dict]:
     """Per rank and step: {v: aggregate / degree} for every root of that rank, under apply-at-root
     (r = 0: cd-0, exact; ``fresh``: --fresh-copies, every copy is the current row; ``warm``:
     --cdr-rule warm, steps < r exact, then the delayed rule starting from step r - 1's copies
-    and partials; ``present``: --cdr-rule present, the same sums divided by the number of edges
+    and partials; ``current``: the (part, leaf) pairs whose row is the current one, as a leaf
+    that recomputes it reads it; ``present``: --cdr-rule present, the same sums divided by the number of edges
     whose source row was present in the partial that holds them, not by the degree)."""
     def row(k: int, u: int, e: int) -> np.ndarray:
         """The row of source u that part k's kernel reads at step e."""
-        if root_of(u) == k or r == 0 or fresh or (warm and e < r):
+        if root_of(u) == k or (k, u) in current or r == 0 or fresh or (warm and e < r):
             return graph.features(e).numpy().astype(np.float32)[u]
         s = last_delivered(e, u, r, warm)
         return np.zeros(graph.WIDTH, np.float32) if s is None else \
@@ -179,6 +180,9 @@ def expected_attention(r: int, steps: int, fresh: bool = False, form: str = "z")
 
 #: steps of the gradient runs: delayed gradients settle by step 4 at r = 1
 GRADIENT_STEPS = 8
+#: --recompute-budget B of the recompute runs, and the (part, leaf) pairs that recompute under
+#: it: part 0 (3 roots) holds leaf 4, a source of 4->1, part 2 (2 roots) leaf 0, of 0->3
+BUDGETS = {0.0: frozenset(), 0.4: frozenset({(0, 4)}), 0.5: frozenset({(0, 4), (2, 0)})}
 #: the attention runs: the z form (z given), and a layer that hands (h, W) (the input form)
 ATTENTION_FORMS = ("gat", "gat-inputs")
 GRADIENT_KINDS = ("root-grad", "root-gat-grad", "root-gat-inputs-grad")
@@ -205,6 +209,10 @@ def computed() -> dict:
              + [f"cd-1@root-grad-warm:{GRADIENT_STEPS}"]
              + [f"cd-{r}@root{fresh}-present:{steps_for(r)}" for r in (1, 2, 3)
                 for fresh in ("", "-fresh")]
+             + [f"cd-{r}@root-recompute{warm}:{steps_for(r)}" for r in (1, 2, 3)
+                for warm in ("", "-warm")]
+             + [f"cd-{r}@root-recompute-b{b}:{steps_for(r)}" for r in (1, 3) for b in BUDGETS]
+             + [f"cd-1@root-grad-recompute:{GRADIENT_STEPS}"]
              + [f"cd-0@root-{gat}:3" for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}:{steps_for(r)}" for r in (1, 2, 3) for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}-fresh:{steps_for(r)}" for r in (1, 3) for gat in ATTENTION_FORMS]
@@ -298,6 +306,64 @@ def test_root_present_schedule_matches_the_rule(computed: dict, r: int, fresh: b
     steps = steps_for(r)
     name = f"cd-{r}@root" + ("-fresh" if fresh else "") + "-present"
     assert_roots_match(name, computed[name], expected_root(r, steps, fresh, present=True), steps)
+
+
+@pytest.mark.parametrize("r", [1, 2, 3])
+@pytest.mark.parametrize("warm", [False, True], ids=["recompute", "warm-recompute"])
+def test_root_recompute_schedule_matches_the_rule(computed: dict, r: int, warm: bool) -> None:
+    """--cdr-rule recompute at the root (layer 1): each leaf computes its sources' rows itself,
+    so every row a part's kernel reads is the current one, and only the leaves' partials are
+    delayed (R as the first rule, or as warm's with warm-recompute): the expectation of fresh
+    copies, reached with no broadcast at all."""
+    steps = steps_for(r)
+    name = f"cd-{r}@root-recompute" + ("-warm" if warm else "")
+    want = expected_root(r, steps, fresh=True, warm=warm)
+    assert_roots_match(name, computed[name], want, steps)
+
+
+@pytest.mark.parametrize("r", [1, 3])
+@pytest.mark.parametrize("budget", sorted(BUDGETS))
+def test_root_recompute_budget_schedule_matches_the_rule(computed: dict, r: int,
+                                                         budget: float) -> None:
+    """--recompute-budget B: only floor(B * roots) leaves of each part recompute (those with the
+    most local out-edges); the others read delayed copies as under the first rule: at B = 0 it
+    is the first rule, at 0.5 every leaf here recomputes."""
+    steps = steps_for(r)
+    name = f"cd-{r}@root-recompute-b{budget}"
+    want = expected_root(r, steps, current=BUDGETS[budget])
+    assert_roots_match(name, computed[name], want, steps)
+
+
+def test_root_recompute_budget_expectations_differ() -> None:
+    """Guard: the three budgets' expectations are not the same numbers."""
+    steps = steps_for(3)
+    got = [expected_root(3, steps, current=BUDGETS[b]) for b in sorted(BUDGETS)]
+    for a, b in ((0, 1), (1, 2)):
+        assert any(not np.allclose(got[a][k][e][v], got[b][k][e][v]) for k in range(3)
+                   for e in range(steps) for v in got[a][k][e])
+
+
+def test_root_recompute_gradients_sum_to_the_exact_ones(computed: dict) -> None:
+    """--cdr-rule recompute with delayed gradients: the gradients of a vertex's rows, summed over
+    the ranks that compute one (its root's and each recomputing leaf's, each reaching the weights
+    on its own rank), equal cd-0's gradient of the root's row once the delayed ones flow (step 4),
+    and differ before (step 0: nothing has arrived)."""
+    exact, got = computed["cd-0@root-grad"], computed["cd-1@root-grad-recompute"]
+    want = {int(v): np.asarray(g) for k in range(3) for v, g in exact[k][0].items()}
+
+    def summed(e: int) -> dict[int, np.ndarray]:
+        total: dict[int, np.ndarray] = {}
+        for k in range(3):
+            for g, grad in got[k][e]["rows"]:
+                total[g] = total.get(g, 0.0) + np.asarray(grad)
+        return total
+
+    assert set(summed(0)) == set(want)
+    for e in range(4, GRADIENT_STEPS):
+        for v, grad in summed(e).items():
+            np.testing.assert_allclose(grad, want[v], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"recompute: vertex {v} at step {e}")
+    assert any(not np.allclose(g, want[v]) for v, g in summed(0).items())
 
 
 def test_root_present_expectation_is_scaled_then_the_rule() -> None:

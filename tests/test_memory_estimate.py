@@ -102,3 +102,17 @@ def test_gat_widths_and_parameters_follow_its_heads() -> None:
     model = build_model("gat", 602, 8, 41, 2, heads=8)
     assert num_parameters(602, 8, 41, 2, "gat", heads=8) == sum(p.numel() for p in model.parameters())
     assert layer_widths(602, 8, 41, 2, "gat", heads=8) == [(602, 64, 72), (64, 41, 42)]
+
+
+def test_recompute_counts_the_recomputed_leaf_rows():
+    """--cdr-rule recompute (docs/design.md#cdr-rules): the leaves that recompute add their
+    features, input aggregate and layer-0 output; the budget bounds them at budget x roots, and
+    all leaves is the most (an unbounded budget)."""
+    f32, leaves = 4, 2_000
+    base = estimate_shape(shape(), 3, 256, "cd-5")
+    half = estimate_shape(shape(), 3, 256, "cd-5", recompute=0.125)  # 0.125 x 8,000 roots
+    every = estimate_shape(shape(), 3, 256, "cd-5", recompute=float("inf"))
+    assert half.features - base.features == 1_000 * 2 * 602 * f32
+    assert every.features - base.features == leaves * 2 * 602 * f32
+    assert base.total < half.total < every.total
+    assert estimate_shape(shape(), 3, 256, "cd-5", recompute=10.0).total == every.total

@@ -147,12 +147,14 @@ def test_delayed_traffic_and_0c(partitions, tmp_path: Path) -> None:
 
 def test_input_cache_skips_layer0_exchange_and_keeps_0c_and_cdr_training(partitions, tmp_path: Path) -> None:
     """With layer 0's input aggregate computed once (the default), cd-0 trains exactly as before but
-    exchanges only layer 1 (both layers are 16 wide here: half the bytes); 0c and cd-r train as
-    without the cache (it serves their exact evaluation only)."""
+    exchanges only layer 1 (both layers are 16 wide here: half the bytes); 0c and cd-r under its
+    first rule train as without the cache (it serves their exact evaluation only; cd-r's default
+    rule trains layer 0 on it, docs/design.md#cdr-rules)."""
     parts, epochs = 3, 8
     algos, flags = ("cd-0", "0c", "cd-2"), ((), ("--no-input-cache",))
     train_many(partitions[parts], parts, {
         tmp_path / f"{algo}{''.join(flag)}": ("--algo", algo, "--epochs", epochs, "--eval-every", "4",
+                                              *(("--cdr-rule", "delayed") if algo == "cd-2" else ()),
                                               *flag) for algo in algos for flag in flags})
     for algo in algos:
         runs = {bool(flag): tmp_path / f"{algo}{''.join(flag)}" for flag in flags}
@@ -193,6 +195,39 @@ def test_cdr_rules_warm_steps_are_cd0_and_input_sends_no_layer0(partitions, tmp_
         assert json.loads((run / "summary.json").read_text())["hyperparameters"]["cdr_rule"] == rule
 
 
+def test_cdr_recompute_moves_no_copies_and_budget_zero_is_input(partitions, tmp_path: Path) -> None:
+    """--cdr-rule recompute (docs/design.md#cdr-rules), cd-2 on three parts: the leaves compute
+    layer 1's source rows themselves (every source leaf: budget inf), so no copies move
+    (without delayed gradients, where each
+    direction counts forward rows only: nothing is broadcast, and the partials reduced are
+    `input`'s, which also broadcasts copies); with --recompute-budget 0 no leaf recomputes and
+    the run is `input`'s bit for bit; the summary records rule, budget and the rows
+    recomputed."""
+    parts, epochs = 3, 5
+    names = ("input", "budget0", "input-nodg", "recompute-nodg")
+    runs = {name: tmp_path / name for name in names}
+    common = ("--algo", "cd-2", "--epochs", epochs, "--eval-every", "0")
+    nodg = ("--no-delayed-gradients",)
+    train_many(partitions[parts], parts, {
+        runs["input"]: (*common, "--cdr-rule", "input"),
+        runs["budget0"]: (*common, "--cdr-rule", "recompute", "--recompute-budget", "0"),
+        runs["input-nodg"]: (*common, "--cdr-rule", "input", *nodg),
+        runs["recompute-nodg"]: (*common, "--cdr-rule", "recompute", "--recompute-budget", "inf",
+                                 *nodg)})
+    for got, want in zip(records(runs["recompute-nodg"]), records(runs["input-nodg"])):
+        assert got["bytes_broadcast"] == 0 < want["bytes_broadcast"]
+        assert got["bytes_reduce"] == want["bytes_reduce"] > 0
+    recomputed, plain = losses(runs["recompute-nodg"]), losses(runs["input-nodg"])
+    assert np.all(np.isfinite(recomputed)) and any(abs(a - b) > 1e-6 for a, b in zip(recomputed, plain))
+    np.testing.assert_array_equal(losses(runs["budget0"]), losses(runs["input"]))
+    summary = {name: json.loads((run / "summary.json").read_text()) for name, run in runs.items()}
+    assert (summary["budget0"]["hyperparameters"]["cdr_rule"],
+            summary["budget0"]["hyperparameters"]["recompute_budget"]) == ("recompute", 0.0)
+    assert summary["recompute-nodg"]["hyperparameters"]["recompute_budget"] == float("inf")
+    assert summary["recompute-nodg"]["recomputed_rows"] > 0 == summary["budget0"]["recomputed_rows"]
+    assert summary["input"]["recomputed_rows"] is None
+
+
 @pytest.fixture(scope="module")
 def narrow_input_parts(tmp_path_factory) -> Path:
     """Three Libra parts of a twin whose 8 input features are narrower than hidden 16, so layer 0
@@ -210,12 +245,14 @@ def test_0c_and_cdr_keep_their_settled_layer0_aggregate(narrow_input_parts, tmp_
     reduces, the reduce bytes are). cd-2-orig's layer-0 aggregate alternates, so it is unchanged."""
     parts, epochs = 3, 10
     cases = (("0c", "auto"), ("cd-2", "replicas"), ("cd-2", "root"), ("cd-2-orig", "auto"))
-    # (at the root without delayed gradients: bytes_reduce is then forward rows only)
+    # (at the root under the first rule, without delayed gradients: bytes_reduce is then forward
+    # rows only; the default rule trains layer 0 on the input cache, docs/design.md#cdr-rules)
     train_many(narrow_input_parts, parts, {
         tmp_path / f"{algo}-{apply}{flag}": (
             "--algo", algo, "--epochs", epochs, "--eval-every", "5", "--apply", apply,
             *([flag] if flag else []),
-            *(["--no-delayed-gradients"] if (algo, apply) == ("cd-2", "root") else []))
+            *(["--no-delayed-gradients", "--cdr-rule", "delayed"] if (algo, apply) == ("cd-2", "root")
+              else []))
         for algo, apply in cases for flag in ("", "--no-input-cache")})
     for algo, apply in cases:
         runs = {flag: tmp_path / f"{algo}-{apply}{flag}" for flag in ("", "--no-input-cache")}

@@ -52,9 +52,12 @@ def check_local_memory(args: argparse.Namespace) -> None:
     available = available_memory_bytes()
     if not available:
         return
+    from distgnn.commands.train import config_from_args
+
+    recompute = config_from_args(args).recompute_rows_per_root() or 0.0
     estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
                                     input_cache=not args.no_input_cache, apply=args.apply,
-                                    model=args.model,
+                                    model=args.model, recompute=recompute,
                                     **registry.shape_spec(args.model).option_values(args))
     ok, reason = fits(estimates, available)
     if not ok:

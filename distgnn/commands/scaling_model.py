@@ -53,6 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--fresh-copies", action="store_true",
                     help="cd-<r> at the root as under distgnn train --fresh-copies: the broadcast "
                          "every step (blocking, with its adjoint), only the partials delayed")
+    pr.add_argument("--cdr-rule", default=None, metavar="RULE",
+                    help="cd-<r> at the root as under distgnn train --cdr-rule RULE (steady "
+                         "state; default: the train default)")
+    pr.add_argument("--recompute-budget", type=float, default=None, metavar="B",
+                    help="as distgnn train --recompute-budget (recompute rules)")
     pr.add_argument("--network", choices=("infiniband", "measured"), default="infiniband",
                     help="100 Gb/s InfiniBand defaults, or the calibration's measured network")
     pr.add_argument("--bandwidth-gbps", type=float, help="override: link bandwidth in Gb/s")
@@ -102,6 +107,7 @@ def _papers_law(path: str | Path):
 
 def run_predict(args: argparse.Namespace) -> int:
     from distgnn.scaling.costs import GraphShape, ModelShape
+    from distgnn.train.cdr_rules import DEFAULT_RULE, parse_cdr_rule
     from distgnn.scaling.model import speedup_table
     from distgnn.scaling.network import NetworkModel
 
@@ -128,9 +134,11 @@ def run_predict(args: argparse.Namespace) -> int:
         net.source += f"; latency {args.latency_us} us"
     if min(args.parts) < 1:
         raise DistgnnError("--parts: every P must be >= 1")
+    if args.cdr_rule is not None:
+        parse_cdr_rule(args.cdr_rule)
     rows = speedup_table(graph, ModelShape(args.layers, args.hidden, not args.no_input_cache, args.model), costs.scaled(args.compute_speedup),
                          law, net, args.algos, sorted(args.parts), args.ranks_per_node, args.apply,
-                         args.fresh_copies)
+                         args.fresh_copies, args.cdr_rule or DEFAULT_RULE, args.recompute_budget)
     if args.json:
         print(json.dumps(rows))
         return 0
@@ -140,7 +148,14 @@ def run_predict(args: argparse.Namespace) -> int:
 
 def row_label(row: dict) -> str:
     """The algorithm of a prediction row as ``distgnn train`` spells it (``cd-5 --fresh-copies``)."""
-    return row["algo"] + (" --fresh-copies" if row.get("fresh_copies") else "")
+    from distgnn.train.cdr_rules import DEFAULT_RECOMPUTE_BUDGET, DEFAULT_RULE
+
+    label = row["algo"] + (" --fresh-copies" if row.get("fresh_copies") else "")
+    if row.get("rule") not in (None, DEFAULT_RULE):
+        label += f" --cdr-rule {row['rule']}"
+    if row.get("recompute_budget") not in (None, DEFAULT_RECOMPUTE_BUDGET):
+        label += f" --recompute-budget {row['recompute_budget']:g}"
+    return label
 
 
 def format_table(rows: list[dict], graph, law, net) -> str:

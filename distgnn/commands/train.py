@@ -17,7 +17,7 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
     from distgnn.options import add_threads_option
     from distgnn.train.config import TrainConfig
     from distgnn.vocabulary import APPLY_MODES, PRECISIONS
-    from distgnn.train.cdr_rules import RULES
+    from distgnn.train.cdr_rules import DEFAULT_RECOMPUTE_BUDGET, RULES
 
     d = TrainConfig()
     p.add_argument("--algo", default=d.algo,
@@ -69,13 +69,22 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                         "epoch, exact with their adjoint, and only the leaves' partials are delayed: "
                         "more accurate, more forward bytes (docs/design.md#fresh-copies)")
     p.add_argument("--cdr-rule", choices=tuple(RULES), default=None,
-                   help="cd-<r> under --apply root: delayed (the first rule: copies and remote "
-                        "parts zero until their first delivery), warm (the first r epochs run "
-                        "cd-0's exchange and keep what it delivered), input (layer 0 trains on "
-                        "the exact aggregate of the stored features, computed once, as cd-0 "
-                        "does), warm-input (both), present (until every row has arrived, "
-                        "scale each aggregate to the rows present), present-input "
-                        "(default: " + d.cdr_rule + "; docs/design.md#cdr-rules)")
+                   help="cd-<r> under --apply root: recompute (layer 0 trains on the exact "
+                        "aggregate of the stored features, computed once, and the leaves compute "
+                        "layer 1's source rows themselves: no copies move for them; "
+                        "--recompute-budget bounds the added dense work), warm-recompute, "
+                        "delayed (the first rule, the default until 2026-12-03: copies and remote "
+                        "parts zero until their first delivery, copies r to 2r - 1 epochs old), "
+                        "warm (the first r epochs run cd-0's exchange and keep what it "
+                        "delivered), input (layer 0 on the input cache, as cd-0), warm-input "
+                        "(both), present (until every row has arrived, scale each aggregate to "
+                        "the rows present), present-input (default: " + d.cdr_rule
+                        + "; docs/design.md#cdr-rules)")
+    p.add_argument("--recompute-budget", type=float, default=None, metavar="B",
+                   help="with a --cdr-rule that recomputes: at most B leaf rows per root "
+                        "recompute layer 1's input (those with the most local out-edges; the "
+                        "others read delayed copies; inf: every leaf that is a source; default: "
+                        f"{DEFAULT_RECOMPUTE_BUDGET:g}; docs/design.md#cdr-rules)")
     p.add_argument("--out", help="run folder (default: runs/<store>/<method>-<P>/<algo>, plus "
                                  "-<apply> when --apply is not the algorithm's default, after "
                                  "<model>- for a model other than sage)")
@@ -109,6 +118,7 @@ def config_from_args(args: argparse.Namespace):
                        precision=args.precision, input_cache=not args.no_input_cache,
                        apply=args.apply, delayed_gradients=args.delayed_gradients,
                        fresh_copies=args.fresh_copies, cdr_rule=args.cdr_rule or TrainConfig.cdr_rule,
+                       recompute_budget=args.recompute_budget,
                        hang_timeout_s=args.hang_timeout, huge_pages=not args.no_huge_pages)
 
 

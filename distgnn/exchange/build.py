@@ -14,7 +14,8 @@ def build_aggregation(part: PartitionData, algorithm: Algorithm, apply: str, nor
                       comm: Communicator, eval_comm: Communicator, timers: Timers, threads: int,
                       aggregates_first: bool, input_cache: bool, delayed_gradients: bool,
                       fresh_copies: bool, warm: bool = False,
-                      present: bool = False) -> Aggregation:
+                      present: bool = False, recompute: bool = False,
+                      recompute_budget: float | None = None) -> Aggregation:
     """The aggregation of ``apply`` (``root`` or ``replicas``) for ``algorithm``.
 
     ``aggregates_first``: layer 0 aggregates its input before any map, so under ``root`` it
@@ -23,13 +24,16 @@ def build_aggregation(part: PartitionData, algorithm: Algorithm, apply: str, nor
     once it settles (docs/design.md#degrees): under ``root`` for cd-r, under ``replicas`` for 0c
     and cd-r (:meth:`Algorithm.keeps_own_input_aggregate`). ``warm`` (cd-r under ``root``,
     ``--cdr-rule warm``): each summed layer's first r steps run cd-0's exchange; ``present``
-    (``--cdr-rule present``): early aggregates scaled to the rows present.
+    (``--cdr-rule present``): early aggregates scaled to the rows present; ``recompute``
+    (``--cdr-rule recompute``): the leaves compute layer 1's source rows themselves (at most
+    ``recompute_budget`` times the roots of rows, ``--recompute-budget``).
     """
     if apply == "root":
         stored = frozenset({0}) if aggregates_first else frozenset()
         return RootAggregation(part, norm, comm, eval_comm, timers, threads, stored,
                                algorithm.delay, stored if input_cache else frozenset(),
-                               delayed_gradients, fresh_copies, warm, present)
+                               delayed_gradients, fresh_copies, warm, present, recompute,
+                               recompute_budget)
     constant = frozenset({0}) if input_cache and algorithm.keeps_own_input_aggregate(
         comm.size, aggregates_first) else frozenset()
     return ReplicaAggregation(part, algorithm, norm, comm, eval_comm, timers, threads, constant)

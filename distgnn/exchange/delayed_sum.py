@@ -85,16 +85,22 @@ class DelayedReduceGrad(torch.autograd.Function):
 class TableSum(torch.autograd.Function):
     """cd-r's local sum at the root: the roots' rows h are copied into the prefix of the layer's
     persistent source table (whose leaf rows hold the last delivered copies), and the kernel runs
-    over it; so a step copies n_roots rows, not the whole table. Backward runs the kernel on the
-    transpose and returns the roots' rows; with delayed gradients it also posts the gradient of
-    this step's bin copies to their roots and adds the one posted r steps ago."""
+    over it; so a step copies n_roots rows, not the whole table. Under ``--cdr-rule recompute``
+    h [len(rows), w] also holds the leaves' recomputed rows and is copied into the table rows
+    ``rows`` (the roots first). Backward runs the kernel on the transpose and returns the rows'
+    gradient; with delayed gradients it also posts the gradient of this step's bin copies to
+    their roots and adds the one posted r steps ago."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, kernel: LocalKernel, schedule: DelayedSchedule,
-                state: DelayedSumState, step: int) -> torch.Tensor:
-        ctx.kernel, ctx.schedule, ctx.state, ctx.step = kernel, schedule, state, step
+                state: DelayedSumState, step: int, rows: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        ctx.kernel, ctx.schedule, ctx.state, ctx.step, ctx.rows = kernel, schedule, state, step, rows
         with kernel.timers("aggregate"):
-            state.table[:h.shape[0]].copy_(h.detach())
+            if rows is None:
+                state.table[:h.shape[0]].copy_(h.detach())
+            else:
+                state.table.index_copy_(0, rows, h.detach().to(state.table.dtype))
             return kernel.forward_rows(state.table)
 
     @staticmethod
@@ -103,5 +109,7 @@ class TableSum(torch.autograd.Function):
         with kernel.timers("aggregate"):
             grad_src = kernel.transposed(grad_p, ctx.state.table.dtype)
         bins = schedule.bin(e)
+        grad_h = None if ctx.rows is None else grad_src.index_select(0, ctx.rows)
         return schedule.copies_gradient(ctx.state.mailbox, "copies_grad", e, grad_src,
-                                        bins.bcast_leaf, bins.bcast_root), None, None, None, None
+                                        bins.bcast_leaf, bins.bcast_root, grad_h), \
+            None, None, None, None, None

@@ -71,6 +71,12 @@ class ModeAndMessages:
         """Every mailbox with messages that may be in flight."""
         return ()
 
+    def training_rows(self) -> torch.Tensor | None:
+        return None
+
+    def training_input_aggregate(self, roots_aggregate: torch.Tensor) -> torch.Tensor:
+        return roots_aggregate
+
     def train(self, mode: bool = True) -> None:
         self.training = mode
 

@@ -22,7 +22,8 @@ with the input cache on) posts its partials only at steps < r and, from step 2r 
 bin's R has arrived, returns its kept aggregate (:mod:`distgnn.exchange.settled`). Under
 ``--cdr-rule warm`` a summed layer's first r steps are cd-0's (:mod:`distgnn.exchange.warm`);
 under ``--cdr-rule present`` its early aggregates are scaled to the rows present
-(:mod:`distgnn.exchange.present`).
+(:mod:`distgnn.exchange.present`); under ``--cdr-rule recompute`` the leaves compute layer 1's
+source rows themselves (:mod:`distgnn.exchange.recompute`).
 """
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ from distgnn.exchange.norms import check_norm, global_out_degree, kernel_weights
 from distgnn.exchange.plans import broadcast_to, root_plans
 from distgnn.exchange.present import DegreePresent, post_masses, take_delivered
 from distgnn.exchange.protocol import ModeAndMessages
+from distgnn.exchange.recompute import (RECOMPUTED_LAYER, choose_recomputed, copy_plans,
+                                        extend_input_aggregate, recomputed_rows)
 from distgnn.exchange.schedule import DelayedSchedule
 from distgnn.exchange.settled import SettledLayers
 from distgnn.exchange.warm import warm_step
@@ -61,14 +64,18 @@ class RootAggregation(ModeAndMessages):
     step, exact adjoint); only the reduce is delayed. ``warm`` (cd-r only, ``--cdr-rule warm``):
     each summed layer's first r steps run cd-0's exchange (:func:`warm_step`). ``present``
     (cd-r only, ``--cdr-rule present``): until every row has arrived, each root's aggregate is
-    scaled to the mass of the rows present (:class:`DegreePresent`).
+    scaled to the mass of the rows present (:class:`DegreePresent`). ``recompute`` (cd-r only,
+    ``--cdr-rule recompute``, models of two layers or more with the input cache): in training,
+    layer 0's dense work runs on :meth:`training_rows` and layer 1 receives those rows, so a
+    leaf reads its own current rows at layer 1 (:mod:`distgnn.exchange.recompute`).
     """
 
     def __init__(self, part: PartitionData, norm: str, comm: Communicator, eval_comm: Communicator,
                  timers: Timers, threads: int = 0,
                  stored_input_layers: frozenset[int] = frozenset(), delay: int = 0,
                  constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False,
-                 fresh_copies: bool = False, warm: bool = False, present: bool = False):
+                 fresh_copies: bool = False, warm: bool = False, present: bool = False,
+                 recompute: bool = False, recompute_budget: float | None = None):
         check_norm(norm)
         self.part, self.comm, self.eval_comm, self.timers = part, comm, eval_comm, timers
         self.training = True
@@ -98,11 +105,25 @@ class RootAggregation(ModeAndMessages):
         self.present = None
         if present and delay > 0 and comm.size > 1:
             self.present = DegreePresent(self.kernel, self.plans, eval_comm, timers, self.n_roots)
+        #: ``--cdr-rule recompute``: the rows layer 0 runs on in training (None: the roots), and
+        #: layer 1's schedule, whose broadcast goes to the leaves that do not recompute
+        self._recomputed = self._recompute_schedule = None
+        if recompute and delay > 0 and comm.size > 1:
+            chosen = choose_recomputed(part, self.plans, self.n_roots, recompute_budget)
+            self._recomputed = recomputed_rows(self.plans, self.n_roots, chosen)
+            self._recompute_schedule = DelayedSchedule.build(
+                copy_plans(self.plans, chosen, comm), part.local_to_global, delay, comm, timers,
+                self.n_roots, delayed_gradients and comm.size > 1)
 
     # -- the Aggregation protocol ------------------------------------------------------------
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
-        if h.shape[0] != self.n_roots:
-            raise ValueError(f"layer {layer}: expected the roots' {self.n_roots} rows, got {h.shape[0]}")
+        expected = self.n_roots
+        if self.training and self._recomputed is not None and layer == RECOMPUTED_LAYER:
+            expected = len(self._recomputed)
+        if h.shape[0] != expected:
+            raise ValueError(f"layer {layer}: expected {expected} rows (the roots'"
+                             f"{'' if expected == self.n_roots else ' and recomputed leaves'}), "
+                             f"got {h.shape[0]}")
         if self.training and self.delay > 0:
             return self._delayed(layer, h)
         comm, kind = ((self.comm, Traffic.FORWARD) if self.training
@@ -141,6 +162,19 @@ class RootAggregation(ModeAndMessages):
             return Reduce.apply(p, self.n_roots, self.plans, self.eval_comm, self.timers,
                                 Traffic.EVAL)
 
+    def training_rows(self) -> torch.Tensor | None:
+        """Under ``--cdr-rule recompute``: the local ids [n] layer 0's dense work runs on in
+        training, the roots first (:func:`recomputed_rows`); otherwise None (the roots)."""
+        return self._recomputed
+
+    def training_input_aggregate(self, roots_aggregate: torch.Tensor) -> torch.Tensor:
+        """The input cache [n, F] of :meth:`training_rows` from the roots' [n_roots, F]
+        (collective, once at set-up)."""
+        if self._recomputed is None:
+            return roots_aggregate
+        return extend_input_aggregate(roots_aggregate, self._recomputed, self.part.num_local,
+                                      self.plans, self.eval_comm, self.timers)
+
     def gather_features_as(self, dtype: torch.dtype) -> None:
         """Gather the stored features in ``dtype`` (bfloat16 under ``--precision bf16``)."""
         if self.stored_input_layers:
@@ -174,18 +208,24 @@ class RootAggregation(ModeAndMessages):
         schedule, comm = self.schedule, self.comm
         r, n_roots = schedule.delay, self.n_roots
         stored, constant = layer in self.stored_input_layers, layer in self.settled.layers
+        recomputed = self._recomputed is not None and layer == RECOMPUTED_LAYER
+        if recomputed:  # its broadcast goes only to the leaves that do not recompute
+            schedule = self._recompute_schedule
         state = self.layers.setdefault(layer, DelayedSumState())
-        delayed_copies = not stored and not self.fresh_copies
+        has_table = not stored and not self.fresh_copies
+        delayed_copies = has_table and schedule.moves_copies
         if state.remote is None:
             state.remote = h.new_zeros((n_roots, h.shape[1]), dtype=torch.float32)
-            if delayed_copies:
+            if has_table:
                 state.table = h.new_zeros((self.part.num_local, h.shape[1]))  # h's row dtype
             if self.present is not None:
                 self.present.start(state, delayed_copies)
         e, box = state.step, state.mailbox
         if self.warm and e < r:
-            out = warm_step(h, self._feat_rows if stored else None, self.kernel, self.plans,
-                            comm, self.timers, state)
+            # a recomputed leaf's row equals its root's: cd-0's broadcast of the roots' rows
+            src = self._feat_rows if stored else Broadcast.apply(
+                h[:n_roots], self.part.num_local, self.plans, comm, self.timers, Traffic.FORWARD)
+            out = warm_step(src, n_roots, self.kernel, self.plans, comm, self.timers, state)
             self.settled.offer(layer, out, True)  # R of a constant layer is final at once
             return out
         bins = schedule.bin(e)
@@ -206,12 +246,13 @@ class RootAggregation(ModeAndMessages):
             p = self.kernel(Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers,
                                             Traffic.FORWARD))
         else:
-            p = TableSum.apply(h, self.kernel, schedule, state, e)
+            p = TableSum.apply(h, self.kernel, schedule, state, e,
+                               self._recomputed if recomputed else None)
         degree = self.present is not None and DegreePresent.active(e, r)
         masses = self.present.masses(state) if degree else None
         if comm.size > 1:
             with self.timers("exchange_wait"):
-                if delayed_copies:
+                if delayed_copies:  # (a recomputing layer's h has its roots first)
                     schedule.post(box, "copies", e, h[bins.bcast_root.ids], bins.bcast_root,
                                   bins.bcast_leaf, Direction.BROADCAST)
                 if not constant or e < r:

@@ -27,6 +27,8 @@ class DelayedSchedule:
     #: per bin, int64: where that bin's rows lie among the reduce plan's received rows
     reduce_positions: list[torch.Tensor]
     delayed_gradients: bool          #: each exchange's adjoint also moves, r steps late
+    #: some rank's broadcast plan has rows (False when every leaf recomputes: no copies move)
+    moves_copies: bool = True
 
     @classmethod
     def build(cls, plans: RootPlans, global_ids: torch.Tensor, delay: int, comm: Communicator,
@@ -34,7 +36,7 @@ class DelayedSchedule:
         received_bins = global_ids[plans.reduce_root.ids] % delay
         return cls(comm, timers, delay, n_roots, root_bins(plans, global_ids, delay),
                    [torch.nonzero(received_bins == b).flatten() for b in range(delay)],
-                   delayed_gradients)
+                   delayed_gradients, comm.sum(len(plans.bcast_leaf.ids)) > 0)
 
     def bin(self, step: int) -> RootPlans:
         """The plans of the bin that moves at ``step``."""
@@ -59,12 +61,14 @@ class DelayedSchedule:
 
     def copies_gradient(self, mailbox: Mailbox, channel: str, step: int,
                         grad_table: torch.Tensor, leaf_plan: RowPlan,
-                        root_plan: RowPlan) -> torch.Tensor:
-        """The roots' rows' gradient [n_roots, w] from a cd-r table's [n_k, w]: its prefix, plus,
-        with delayed gradients, the copies' gradients their leaves posted r steps ago (this
-        step's are posted)."""
-        grad_h = grad_table[:self.n_roots]
-        if not self.delayed_gradients:
+                        root_plan: RowPlan, grad_h: torch.Tensor | None = None) -> torch.Tensor:
+        """The gradient of the rows a cd-r table was filled from, from the table's [n_k, w]:
+        ``grad_h`` (default: the table's prefix [n_roots, w]; its first n_roots rows are the
+        roots'), plus, with delayed gradients, at the roots the copies' gradients their leaves
+        posted r steps ago (this step's are posted)."""
+        if grad_h is None:
+            grad_h = grad_table[:self.n_roots]
+        if not self.delayed_gradients or not self.moves_copies:
             return grad_h
         got = self.post_and_take_gradient(mailbox, channel, step, grad_table[leaf_plan.ids],
                                           leaf_plan, root_plan, Direction.REDUCE)

@@ -15,25 +15,22 @@ from __future__ import annotations
 
 import torch
 
-from distgnn.comm import Communicator
-from distgnn.exchange.collectives import Broadcast, Reduce
+from distgnn.comm import Communicator, Traffic
+from distgnn.exchange.collectives import Reduce
 from distgnn.exchange.delayed_sum import DelayedSumState
 from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.plans import RootPlans
 from distgnn.train.timers import Timers
 
 
-def warm_step(h: torch.Tensor, stored: torch.Tensor | None, kernel: LocalKernel,
-              plans: RootPlans, comm: Communicator, timers: Timers,
-              state: DelayedSumState) -> torch.Tensor:
-    """One warm step of a summed layer: cd-0's aggregate [n_roots, w] of ``h`` (or of the
-    ``stored`` features every replica has, with no broadcast), keeping the copies (when the
-    layer has a table) and R in ``state``, and advancing its step."""
-    n_roots = h.shape[0]
-    src = stored if stored is not None else Broadcast.apply(h, kernel.part.num_local, plans, comm,
-                                                            timers, "forward")
+def warm_step(src: torch.Tensor, n_roots: int, kernel: LocalKernel, plans: RootPlans,
+              comm: Communicator, timers: Timers, state: DelayedSumState) -> torch.Tensor:
+    """One warm step of a summed layer: cd-0's aggregate [n_roots, w] of the source table
+    ``src`` [n_k, w] (cd-0's broadcast of the roots' rows, the stored features every replica has,
+    or the rows the leaves recompute), keeping the copies (when the layer has a table) and R in
+    ``state``, and advancing its step."""
     p = kernel(src)
-    out = Reduce.apply(p, n_roots, plans, comm, timers, "forward")
+    out = Reduce.apply(p, n_roots, plans, comm, timers, Traffic.FORWARD)
     with torch.no_grad():
         state.remote.copy_(out.detach() - p.detach()[:n_roots])
         if state.table is not None:

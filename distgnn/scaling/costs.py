@@ -45,23 +45,27 @@ class ModelShape:
     def widths(self, graph: GraphShape) -> list[tuple[int, int, int]]:
         return layer_widths(graph.feat_dim, self.hidden, graph.num_classes, self.layers, self.model)
 
-    def aggregated_widths(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1) -> list[int]:
+    def aggregated_widths(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1,
+                          rule_input_cache: bool = False) -> list[int]:
         """Aggregation width of every layer that aggregates in a training epoch of ``algo`` at
-        ``parts`` ranks."""
+        ``parts`` ranks (``rule_input_cache``: cd-r under a ``--cdr-rule`` that trains layer 0
+        on the input cache)."""
         algorithm, widths = parse_algorithm(algo), self.widths(graph)
         in_dim, _, aggregated = widths[0]
-        cached = self.input_cache and (algorithm.trains_with_input_cache(parts)
+        cached = self.input_cache and (algorithm.trains_with_input_cache(parts) or rule_input_cache
                                        or algorithm.keeps_own_input_aggregate(parts, aggregated == in_dim))
         return [w for _, _, w in widths[1 if cached else 0:]]
 
-    def agg_units(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1) -> int:
+    def agg_units(self, graph: GraphShape, algo: str = "cd-0", parts: int = 1,
+                  rule_input_cache: bool = False) -> int:
         """Columns aggregated per edge per epoch (forward and backward of every aggregating layer)."""
-        return sum(2 * a for a in self.aggregated_widths(graph, algo, parts))
+        return sum(2 * a for a in self.aggregated_widths(graph, algo, parts, rule_input_cache))
 
-    def dense_units(self, graph: GraphShape) -> int:
+    def dense_units(self, graph: GraphShape, first_layers: int | None = None) -> int:
         """Width products per vertex per epoch (the model's registered count: in x out per layer;
-        GIN's MLP: in x hidden + hidden x out)."""
-        return registry.shape_spec(self.model).dense_units(self.widths(graph), self.hidden)
+        GIN's MLP: in x hidden + hidden x out); ``first_layers``: of those layers only."""
+        return registry.shape_spec(self.model).dense_units(self.widths(graph)[:first_layers],
+                                                           self.hidden)
 
     def num_parameters(self, graph: GraphShape) -> int:
         return num_parameters(graph.feat_dim, self.hidden, graph.num_classes, self.layers, self.model)

@@ -17,7 +17,12 @@ Per rank (the slowest one sets the epoch):
   latency plus the copies of 1/r of the rows (the transfer itself is taken as hidden behind compute);
   under ``root`` two messages per layer and the copy of the roots' rows into the source table;
   with ``fresh_copies`` (``distgnn train --fresh-copies``) the broadcast is cd-0's instead (one
-  blocking Alltoallv forward, its adjoint backward) and only the reduce moves in bins;
+  blocking Alltoallv forward, its adjoint backward) and only the reduce moves in bins; ``rule``
+  (``--cdr-rule``, steady state: warm's first r epochs are not modelled): the input rules cache
+  layer 0 (no aggregation, no exchange); the recompute rules add layer 0's dense work for
+  q N / P more rows, q = min(``recompute_budget`` (None: the default), RF(P) - 1) (every leaf
+  counted as a source: an upper bound), and layer 1's copies move only for the leaf rows beyond
+  q N / P;
 * 0c: no exchange;
 * every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead;
 * ranks sharing one machine (``ranks_per_node`` > 1) compute slower by the measured concurrency
@@ -49,6 +54,8 @@ class EpochPrediction:
     overhead_s: float
     apply: str = "replicas"
     fresh_copies: bool = False
+    rule: str | None = None               #: cd-r at the root: its --cdr-rule (else None)
+    recompute_budget: float | None = None
 
     @property
     def total_s(self) -> float:
@@ -63,25 +70,41 @@ class EpochPrediction:
 def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, costs: ComputeCosts,
                   law: ReplicationLaw, net: NetworkModel, rf: float | None = None,
                   ranks_per_node: int = 1, apply: str = "auto",
-                  fresh_copies: bool = False) -> EpochPrediction:
+                  fresh_copies: bool = False, rule: str = "delayed",
+                  recompute_budget: float | None = None) -> EpochPrediction:
     """Predicted epoch of ``algo`` at ``parts`` ranks (``rf`` overrides the law's RF(P));
-    ``ranks_per_node`` ranks share each machine; ``apply`` and ``fresh_copies`` as ``distgnn
-    train --apply`` and ``--fresh-copies`` (cd-<r> at the root only; ignored otherwise)."""
+    ``ranks_per_node`` ranks share each machine; ``apply``, ``fresh_copies``, ``rule`` and
+    ``recompute_budget`` as ``distgnn train --apply``, ``--fresh-copies``, ``--cdr-rule`` and
+    ``--recompute-budget`` (cd-<r> at the root only; ignored otherwise)."""
+    from distgnn.train.cdr_rules import DEFAULT_RECOMPUTE_BUDGET, parse_cdr_rule
+
     a = parse_algorithm(algo)
     apply = resolve_apply(apply, a)
     fresh_copies = fresh_copies and a.delay > 0 and apply == "root"
+    has_rule = a.delay > 0 and not a.original and apply == "root"
+    cdr_rule = parse_cdr_rule(rule if has_rule else "delayed")
     rf = 1.0 if parts == 1 else float(rf if rf is not None else law(parts))
     n = rf * graph.num_nodes / parts * (law.vertex_balance if parts > 1 else 1.0)
     m = graph.num_edges / parts * (law.edge_balance if parts > 1 else 1.0)
     leaves = (rf - 1.0) * graph.num_nodes / parts
-    widths = model.aggregated_widths(graph, algo, parts)
+    cached = cdr_rule.input_cache and parts > 1
+    widths = model.aggregated_widths(graph, algo, parts, cached)
     shared = min(parts, ranks_per_node) > 1
-    aggregate = (m + costs.agg_row_per_edge * n) * model.agg_units(graph, algo, parts) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
+    aggregate = (m + costs.agg_row_per_edge * n) * model.agg_units(graph, algo, parts, cached) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
     rows = graph.num_nodes / parts if apply == "root" else n
-    dense = rows * model.dense_units(graph) * costs.dense_s_per_vertex_unit * (costs.concurrency_dense if shared else 1.0)
+    # rows per root whose layer-0 dense work a recompute rule adds (leaves read no copy of them)
+    recomputed = 0.0
+    if cdr_rule.recompute and not fresh_copies and parts > 1 and model.layers >= 2:
+        recomputed = min(rf - 1.0, DEFAULT_RECOMPUTE_BUDGET if recompute_budget is None
+                         else recompute_budget)
+    dense_units = (rows * model.dense_units(graph)
+                   + recomputed * rows * model.dense_units(graph, first_layers=1))
+    dense = dense_units * costs.dense_s_per_vertex_unit * (costs.concurrency_dense if shared else 1.0)
     exchange = 0.0
     if a.exchange and parts > 1:
-        for w in widths:
+        for i, w in enumerate(widths):
+            # under a recompute rule the first width is layer 1's (layer 0 is cached)
+            copies = leaves - (recomputed * rows if i == 0 else 0.0)
             if a.delay == 0:
                 one = 2 * net.alltoallv(parts, leaves * w * F32) + costs.copy_s_per_float * (n * w + 4 * leaves * w)
                 exchange += 2 * one  # forward and backward (the adjoint)
@@ -94,30 +117,36 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
                     2 * leaves * w / a.delay)
             elif apply == "root":
                 # two messages posted per layer (broadcast and reduce), 1/r of the rows each, and
-                # the roots' rows copied into the persistent source table
-                exchange += 4 * (parts - 1) * net.latency + costs.copy_s_per_float * (
-                    rows * w + 4 * leaves * w / a.delay)
+                # their delayed gradients; the roots' rows copied into the persistent source table
+                messages = 4 if copies > 0 else 2
+                exchange += messages * (parts - 1) * net.latency + costs.copy_s_per_float * (
+                    (rows + recomputed * rows * (i == 0)) * w + 2 * (leaves + copies) * w / a.delay)
             else:
                 exchange += 2 * (parts - 1) * net.latency + costs.copy_s_per_float * 3 * leaves * w / a.delay
     allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)
     return EpochPrediction(parts, algo, rf, aggregate, dense, exchange, allreduce, costs.overhead_s,
-                           apply, fresh_copies)
+                           apply, fresh_copies, cdr_rule.name if has_rule else None,
+                           recompute_budget if cdr_rule.recompute and not fresh_copies else None)
 
 
 def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law: ReplicationLaw,
                   net: NetworkModel, algos: list[str], parts: list[int], ranks_per_node: int = 1,
-                  apply: str = "auto", fresh_copies: bool = False) -> list[dict]:
+                  apply: str = "auto", fresh_copies: bool = False, rule: str = "delayed",
+                  recompute_budget: float | None = None) -> list[dict]:
     """One row per (algo, P): the prediction's parts, total and speedup over P = 1 (cd-0 at P = 1
     is the single-socket reference for every algorithm: at P = 1 they coincide). ``apply``:
     ``auto`` (each algorithm's default), ``root`` (refused for 0c and cd-r-orig) or ``replicas``;
-    ``fresh_copies``: cd-<r> at the root as under ``distgnn train --fresh-copies``."""
+    ``fresh_copies``, ``rule``, ``recompute_budget``: cd-<r> at the root as under ``distgnn train
+    --fresh-copies``, ``--cdr-rule``, ``--recompute-budget``."""
     base = predict_epoch(1, "cd-0", graph, model, costs, law, net).total_s
     rows = []
     for algo in algos:
         for p in parts:
             e = predict_epoch(p, algo, graph, model, costs, law, net, ranks_per_node=ranks_per_node,
-                              apply=apply, fresh_copies=fresh_copies)
+                              apply=apply, fresh_copies=fresh_copies, rule=rule,
+                              recompute_budget=recompute_budget)
             rows.append({"algo": algo, "apply": e.apply, "fresh_copies": e.fresh_copies, "P": p,
+                         "rule": e.rule, "recompute_budget": e.recompute_budget,
                          "rf": e.replication_factor,
                          "epoch_s": e.total_s,
                          "speedup": base / e.total_s, "aggregate_s": e.aggregate_s, "dense_s": e.dense_s,

@@ -10,10 +10,14 @@ from distgnn.errors import DistgnnError
 from distgnn.models import registry
 from distgnn.options import check_threads
 from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm, check_precision, parse_algorithm, resolve_apply
-from distgnn.train.cdr_rules import DEFAULT_RULE, parse_cdr_rule
+from distgnn.train.cdr_rules import DEFAULT_RECOMPUTE_BUDGET, DEFAULT_RULE, CdrRule, parse_cdr_rule
 
+#: the built-in models whose layer 0 runs on more rows than the roots (layer stacks; GAT's
+#: attention has its own cd-r rule)
+RECOMPUTING_MODELS = ("sage", "gcn", "gin")
 #: keys added to the hyperparameters after checkpoints existed, with the value older ones meant
-LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8, "fresh_copies": False, "cdr_rule": "delayed"}
+LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8, "fresh_copies": False, "cdr_rule": "delayed",
+                         "recompute_budget": None}
 
 
 @dataclass
@@ -54,6 +58,10 @@ class TrainConfig:
     #: cd-r under root: the rule before the delayed messages arrive and for the stored input
     #: (distgnn/train/cdr_rules.py; docs/design.md#cdr-rules)
     cdr_rule: str = DEFAULT_RULE
+    #: ``--cdr-rule`` recompute rules: at most this many leaf rows per root recompute (the
+    #: leaves with the most local out-edges; inf: every leaf that is a source of local edges);
+    #: None: DEFAULT_RECOMPUTE_BUDGET
+    recompute_budget: float | None = None
     #: seconds without a heartbeat after which a rank counts as silent and the job is ended
     #: (distgnn/train/watchdog.py; 0: no watchdog). Not an epoch time limit.
     hang_timeout_s: float = 600.0
@@ -61,16 +69,41 @@ class TrainConfig:
     #: (distgnn/memory.py); a run setting, not a hyperparameter
     huge_pages: bool = True
 
+    def cdr_rule_in_effect(self) -> CdrRule:
+        """``cdr_rule`` where it applies (cd-<r> under root, summed layers: not GAT), else the
+        first rule, which changes nothing (docs/design.md#cdr-rules)."""
+        algorithm = parse_algorithm(self.algo)
+        if (algorithm.delay > 0 and not algorithm.original and self.model != "gat"
+                and resolve_apply(self.apply, algorithm) == "root"):
+            return parse_cdr_rule(self.cdr_rule)
+        return parse_cdr_rule("delayed")
+
+    def recomputes(self) -> bool:
+        """Whether the leaves recompute layer 1's source rows (``--cdr-rule`` recompute rules):
+        cd-<r> under root, a built-in layer stack of two layers or more, the input cache on and
+        no ``--fresh-copies`` (which makes every copy current already); elsewhere the rule's
+        other components apply (docs/design.md#cdr-rules)."""
+        return (self.cdr_rule_in_effect().recompute and not self.fresh_copies
+                and self.input_cache and self.layers >= 2 and self.model in RECOMPUTING_MODELS)
+
+    def recompute_rows_per_root(self) -> float | None:
+        """The recompute budget in force (leaf rows per root, inf: every source leaf), None
+        where the leaves do not recompute (:meth:`recomputes`)."""
+        if not self.recomputes():
+            return None
+        return DEFAULT_RECOMPUTE_BUDGET if self.recompute_budget is None else self.recompute_budget
+
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
         ``apply`` as resolved (``root`` or ``replicas``)."""
         keep = ("algo", "model", "heads", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
-                "precision", "delayed_gradients", "fresh_copies", "cdr_rule")
+                "precision", "delayed_gradients", "fresh_copies", "cdr_rule", "recompute_budget")
         out = {k: v for k, v in asdict(self).items() if k in keep}
         algorithm = parse_algorithm(self.algo)
         out["apply"] = resolve_apply(self.apply, algorithm)
         out["delayed_gradients"] = resolve_delayed_gradients(self.delayed_gradients, algorithm,
                                                              out["apply"])
+        out["recompute_budget"] = self.recompute_rows_per_root()
         return out
 
 
@@ -137,6 +170,15 @@ def check_config(config: TrainConfig) -> Algorithm:
         if config.model == "gat":
             raise DistgnnError(f"--cdr-rule {config.cdr_rule}: GAT's attention has one cd-r rule "
                                f"(drop --cdr-rule)")
+    if config.recompute_budget is not None:
+        if not config.recomputes():
+            raise DistgnnError(f"--recompute-budget: only where the leaves recompute (a --cdr-rule "
+                               f"that recomputes, cd-<r> under --apply root, model sage, gcn or "
+                               f"gin with --layers >= 2, the input cache on, no --fresh-copies; "
+                               f"docs/design.md#cdr-rules)")
+        if not config.recompute_budget >= 0:  # (refuses nan too)
+            raise DistgnnError(f"--recompute-budget must be a number >= 0 (leaf rows per root; "
+                               f"inf: every leaf), got {config.recompute_budget}")
     if not config.hang_timeout_s >= 0.0:
         raise DistgnnError(f"--hang-timeout must be >= 0 seconds (0: off), got {config.hang_timeout_s}")
     for option, every in (("--eval-every", config.eval_every),

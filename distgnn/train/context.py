@@ -21,8 +21,8 @@ from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.exchange import Aggregation, build_aggregation
 from distgnn.models import registry
+from distgnn.models.base import LayerStack
 from distgnn.train.agreement import agreed
-from distgnn.train.cdr_rules import parse_cdr_rule
 from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients
 from distgnn.train.partition_data import PartitionData, load_partition, read_assignment_attrs
 from distgnn.train.timers import Timers
@@ -51,6 +51,14 @@ class RankContext:
     #: float32 [rows, F]: layer 0's exact aggregate of the features (the input cache), or None
     input_aggregate: torch.Tensor | None = None
     input_cache_time_s: float = 0.0
+    #: ``--cdr-rule recompute`` (else None): int64 [n]: the local ids layer 0 runs on in training
+    #: (the roots first, then the leaves whose rows layer 1 reads), their features [n, F] and
+    #: input cache [n, F] (docs/design.md#cdr-rules)
+    train_rows: torch.Tensor | None = None
+    train_x: torch.Tensor | None = None
+    train_input_aggregate: torch.Tensor | None = None
+    #: ``--cdr-rule`` recompute rules: the leaf rows that recompute, summed over ranks
+    recomputed_rows: int | None = None
 
     @property
     def replication_factor(self) -> float | None:
@@ -98,11 +106,13 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
                                      **registry.spec(config.model).option_values(config))
     elif comm.size > 1:  # the replicas start equal however the user's module was seeded
         model.load_state_dict(comm.bcast(model.state_dict()))
+    rule = config.cdr_rule_in_effect()
+    recompute = config.recomputes() and isinstance(model, LayerStack)
     aggregation = build_aggregation(
         part, algorithm, apply, model.norm, comm, eval_comm, timers, config.threads,
         bool(getattr(model, "aggregates_input_first", False)), config.input_cache,
         resolve_delayed_gradients(config.delayed_gradients, algorithm, apply), config.fresh_copies,
-        parse_cdr_rule(config.cdr_rule).warm, parse_cdr_rule(config.cdr_rule).present)
+        rule.warm, rule.present, recompute, config.recompute_rows_per_root())
     if config.precision == "bf16":  # rows gathered and exchanged in bfloat16 (distgnn/precision.py)
         comm.payload_dtype = torch.bfloat16
         aggregation.gather_features_as(torch.bfloat16)
@@ -116,6 +126,13 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
         # otherwise unchanged
         start = time.perf_counter()
         ctx.input_aggregate = aggregation.input_aggregate()
+        ctx.train_rows = aggregation.training_rows()
+        if recompute:
+            extra = 0 if ctx.train_rows is None else len(ctx.train_rows) - aggregation.rows
+            ctx.recomputed_rows = int(comm.sum(extra))
+        if ctx.train_rows is not None:
+            ctx.train_x = part.feat.index_select(0, ctx.train_rows)
+            ctx.train_input_aggregate = aggregation.training_input_aggregate(ctx.input_aggregate)
         timers.reset()
         ctx.input_cache_time_s = comm.max(time.perf_counter() - start)
     return ctx
@@ -128,9 +145,11 @@ def check_memory(partition_dir: Path, config: TrainConfig, comm: Communicator) -
 
     c = config
     shape = registry.shape_spec(c.model)  # a user's model is estimated as the default one
+    recompute = c.recompute_rows_per_root() or 0.0
     mine = agreed(comm, lambda: estimate_rank_memory(
         partition_dir, comm.rank, c.layers, c.hidden, c.algo,
         input_cache=c.input_cache and shape.input_cache, apply=c.apply, model=c.model,
+        recompute=recompute,
         **shape.option_values(c)))
     need, available = comm.node_sum_and_min(mine, available_memory_bytes())
     ratio, need, available = comm.max((need / max(available, 1), need, available))

@@ -126,9 +126,12 @@ def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int,
 def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int = 0,
                    baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
                    apply: str = "auto", model: str = "sage",
-                   runtime: int = RUNTIME_OVERHEAD_BYTES, **options: Any) -> MemoryEstimate:
+                   runtime: int = RUNTIME_OVERHEAD_BYTES, recompute: float = 0.0,
+                   **options: Any) -> MemoryEstimate:
     """The estimate for a part given by its figures (pure arithmetic; see the module docstring;
-    ``baseline`` and ``runtime`` in bytes; ``options``: the model's own, e.g. ``heads``)."""
+    ``baseline`` and ``runtime`` in bytes; ``recompute``: leaf rows per root a ``--cdr-rule``
+    recompute rule runs layer 0 on, ``inf`` for all; ``options``: the model's own, e.g.
+    ``heads``)."""
     f32, i64, i32 = 4, 8, 4
     n, m = shape.n, shape.m
     algorithm = parse_algorithm(algo)
@@ -148,6 +151,11 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
     working = max(WORKING_SET_TENSORS * max(a, o) for _, o, a in widths)
     working_rows = n if spec.local_working_set else dense
     activations = (dense * saved + working_rows * working) * f32
+    if recompute > 0 and at_root and shape.num_parts > 1:
+        # the recomputed leaves' features, input aggregate and layer-0 output (an upper bound)
+        extra = min(recompute * shape.num_roots, shape.num_leaves)
+        features += extra * 2 * shape.feat_dim * f32
+        activations += extra * SAVED_PER_HIDDEN_LAYER * widths[0][1] * f32
     exchange = 0
     if exchanges and shape.num_parts > 1:
         widest = max(a for _, _, a in widths)
@@ -183,26 +191,28 @@ def read_part_shape(partdir: str | os.PathLike, k: int) -> PartShape:
 
 def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden: int, algo: str,
                          baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
-                         apply: str = "auto", model: str = "sage", **options: Any) -> int:
+                         apply: str = "auto", model: str = "sage", recompute: float = 0.0,
+                         **options: Any) -> int:
     """Estimated peak resident bytes of rank ``k`` training ``partdir`` (``model`` ``layers`` x
     ``hidden`` with its own ``options``, algorithm ``algo``, layer 0's input aggregate cached or
-    not, ``--apply``)."""
+    not, ``--apply``, ``recompute`` as :func:`estimate_shape`)."""
     return estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                          input_cache, apply, model, **options).total
+                          input_cache, apply, model, recompute=recompute, **options).total
 
 
 def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int, algo: str,
                         baseline: int = DEFAULT_BASELINE_BYTES,
                         input_cache: bool = True, apply: str = "auto",
                         model: str = "sage", runtime: int = RUNTIME_OVERHEAD_BYTES,
-                        **options: Any) -> list[MemoryEstimate]:
+                        recompute: float = 0.0, **options: Any) -> list[MemoryEstimate]:
     """The estimate of every rank of a run (one per part); ``max(e.total for e in ...)`` is the
-    figure to compare with the memory per rank (bytes)."""
+    figure to compare with the memory per rank (bytes); ``recompute`` as
+    :func:`estimate_shape`."""
     from distgnn.train.partition_data import read_num_parts
 
     num_parts = read_num_parts(partdir)
     return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
-                           input_cache, apply, model, runtime, **options)
+                           input_cache, apply, model, runtime, recompute=recompute, **options)
             for k in range(num_parts)]
 
 

@@ -15,7 +15,6 @@ import torch
 from distgnn import ops
 from distgnn.precision import dense_autocast, in_dtype, in_float32
 from distgnn.train.adam import Adam
-from distgnn.train.cdr_rules import parse_cdr_rule
 from distgnn.train.context import RankContext
 from distgnn.train.metrics import loss_sum, mean_roc_auc
 
@@ -26,9 +25,12 @@ def keyed_dropout(ctx: RankContext, epoch: int) -> LayerFn:
     """The model's ``dropout(layer, h)`` for a training epoch: masks keyed by (seed, epoch, layer,
     global id, column), so every replica of a vertex draws the same one."""
     p, seed, gids = ctx.config.dropout, ctx.config.seed, ctx.part.local_to_global
+    if ctx.train_rows is not None:
+        gids = gids.index_select(0, ctx.train_rows)
 
     def apply(layer: int, h: torch.Tensor) -> torch.Tensor:
-        # h holds the first rows of the part (its roots under apply-at-root, or all)
+        # h holds the first rows of the part (its roots under apply-at-root, or all), or under
+        # --cdr-rule recompute the first of ctx.train_rows (the roots, then recomputed leaves)
         return ops.dropout(h, p, seed, epoch, layer, gids[:h.shape[0]], training=True,
                            threads=ctx.config.threads)
     return apply
@@ -58,16 +60,18 @@ def forward(ctx: RankContext, dropout: LayerFn | None, epoch: int | None = None)
     aggregate = in_dtype(ctx.aggregation, torch.bfloat16) if precision == "bf16" else ctx.aggregation
     if dropout is not None and precision != "fp32":
         dropout = in_float32(dropout)
-    cached = ctx.input_aggregate
+    cached, x = ctx.input_aggregate, ctx.x
     if ctx.aggregation.training and not (ctx.algorithm.trains_with_input_cache(ctx.comm.size)
-                                         or parse_cdr_rule(ctx.config.cdr_rule).input_cache):
+                                         or ctx.config.cdr_rule_in_effect().input_cache):
         cached = None
+    if ctx.aggregation.training and ctx.train_rows is not None:
+        cached, x = ctx.train_input_aggregate, ctx.train_x
     with dense_autocast(precision):
         # a user's model that never takes the input cache need not accept the keyword
         extra = {} if cached is None else {"x_aggregate": cached}
         if getattr(ctx.model, "uses_attention", False):
             extra["attend"] = attend(ctx, epoch)
-        logits = ctx.model(ctx.x, aggregate, dropout, **extra)
+        logits = ctx.model(x, aggregate, dropout, **extra)
     return logits.float()
 
 

@@ -114,6 +114,7 @@ def run_summary(ctx: RankContext, records: list[dict[str, Any]]) -> dict[str, An
         "replication_factor": ctx.replication_factor,
         "steady_state_from_epoch": first + 1,
         "input_cache_time_s": ctx.input_cache_time_s,
+        "recomputed_rows": ctx.recomputed_rows,
         "mean_epoch_time_s": mean("epoch_time_s"),
         "best_val": best["val"] if best else None,
         "test_at_best_val": best["test"] if best else None,

@@ -17,6 +17,7 @@ import torch
 
 from distgnn.comm import Communicator, RowPlan
 from distgnn.exchange import ReplicaAggregation, RootAggregation
+from distgnn.exchange.recompute import RECOMPUTED_LAYER
 from distgnn.train.partition_data import PartitionData
 from distgnn.train.timers import Timers
 from distgnn.vocabulary import parse_algorithm
@@ -111,13 +112,25 @@ def attend_inputs(agg: RootAggregation, h: torch.Tensor, w: torch.Tensor, el: to
 
 
 def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, fresh: bool,
-              attention: str, warm: bool = False) -> list | None:
+              attention: str, warm: bool = False, recompute: bool = False) -> list | None:
     """Under apply-at-root with delayed gradients, the same inputs at every step (step 0's) and the
     loss sum(out * weight), weight fixed by global id: per step, every root's input gradient (z, el,
     er for attention; h, el, er and, under the key "W", the rank's W gradient for its input form;
-    h for the mean)."""
+    h for the mean). ``recompute`` (--cdr-rule recompute, the mean on layer 1): the gradient of
+    every row the rank computes on, its recomputed leaves' included, under the key "rows"."""
     agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=delay,
-                          delayed_gradients=True, fresh_copies=fresh, warm=warm)
+                          delayed_gradients=True, fresh_copies=fresh, warm=warm,
+                          recompute=recompute)
+    if recompute:
+        gids, out = part.local_to_global[agg.training_rows()], []
+        for _ in range(steps):
+            h = features(0)[gids].float().requires_grad_()
+            a = agg(RECOMPUTED_LAYER, h)
+            weight = torch.from_numpy(np.random.default_rng(7).standard_normal((NUM_GLOBAL, WIDTH)))
+            (a * weight[gids[:part.num_roots]].float()).sum().backward()
+            out.append({"rows": [[int(g), h.grad[i].tolist()] for i, g in enumerate(gids)]})
+        agg.finish()
+        return comm.gather(out)
     ids, out = part.local_to_global[:part.num_roots], []
     for _ in range(steps):
         w = None
@@ -149,11 +162,18 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     apply = apply.removesuffix("-warm")
     present = apply.endswith("-present")   # --cdr-rule present
     apply = apply.removesuffix("-present")
+    budget = None   # --recompute-budget B, spelled -bB after -recompute
+    if "-recompute-b" in apply:
+        apply, _, b = apply.rpartition("-b")
+        budget = float(b)
+    recompute = apply.endswith("-recompute")   # --cdr-rule recompute (layer 1)
+    apply = apply.removesuffix("-recompute")
     fresh = apply.endswith("-fresh")   # --fresh-copies
     apply = apply.removesuffix("-fresh")
     gradient_kinds = {"root-grad": "", "root-gat-grad": "z", "root-gat-inputs-grad": "inputs"}
     if apply in gradient_kinds:  # frozen inputs: each root's input gradients
-        return gradients(comm, part, algorithm.delay, steps, fresh, gradient_kinds[apply], warm)
+        return gradients(comm, part, algorithm.delay, steps, fresh, gradient_kinds[apply], warm,
+                         recompute)
     if apply in ("root-gat", "root-gat-inputs"):  # GAT's attention at the roots
         agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
                               fresh_copies=fresh)
@@ -170,8 +190,17 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
         return comm.gather(out)
     if apply == "root":
         agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
-                              fresh_copies=fresh, warm=warm, present=present)
+                              fresh_copies=fresh, warm=warm, present=present, recompute=recompute,
+                              recompute_budget=budget)
         rows = part.num_roots
+        if recompute:  # layer 1: each leaf source's row computed on its own rank, at this step
+            recomputed = part.local_to_global[agg.training_rows()]
+            out = []
+            for step in range(steps):
+                a = agg(RECOMPUTED_LAYER, features(step)[recomputed].float())
+                out.append({int(g): a[i].tolist() for i, g in enumerate(VERTICES[comm.rank][:rows])})
+            agg.finish()
+            return comm.gather(out)
     else:
         agg = ReplicaAggregation(part, algorithm, "mean", comm, comm.dup(), Timers(), 1)
         rows = part.num_local
@@ -188,9 +217,10 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
 def main() -> None:
     """argv: ALGO[@APPLY]:STEPS ... (APPLY: replicas, the default, root, root-gat: GAT's
     attention at the roots, or root-gat-inputs: the same for a layer that hands its (h, W); each
-    with -fresh: --fresh-copies (then -warm: --cdr-rule warm, root and root-grad only, or -present: --cdr-rule present,
-    root only); root-grad, root-gat-grad, root-gat-inputs-grad: their input
-    gradients); prints
+    with -fresh: --fresh-copies, or -recompute: --cdr-rule recompute, driving layer 1 (root and
+    root-grad only; root also -recompute-bB: --recompute-budget B); then -warm: --cdr-rule warm
+    (root and root-grad only), or -present: --cdr-rule present (root only); root-grad,
+    root-gat-grad, root-gat-inputs-grad: their input gradients); prints
     {spec before ':': values[rank][step][vertex]} on rank 0."""
     comm = Communicator()
     results = {}

@@ -53,8 +53,8 @@ def part_stores(wildcards):
 def train_options(algo):
     """`distgnn train` options of one algorithm from config['train'] (the experiment's model and
     schedule): `apply` as configured (refused at load time where the algorithm cannot run it),
-    `delayed_gradients` (when set), `fresh_copies` (when true) and `cdr_rule` (when set) for
-    cd-<r> only, the one algorithm they apply to."""
+    `delayed_gradients` (when set), `fresh_copies` (when true), `cdr_rule` and
+    `recompute_budget` (when set) for cd-<r> only, the one algorithm they apply to."""
     t = config["train"]
     flags = ["model", "epochs", "layers", "hidden", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "checkpoint_every", "precision"]
@@ -76,6 +76,8 @@ def train_options(algo):
         options.append("--fresh-copies")
     if t.get("cdr_rule") and algorithm.delay > 0 and not algorithm.original:
         options.append(f"--cdr-rule {t['cdr_rule']}")
+    if t.get("recompute_budget") is not None and algorithm.delay > 0 and not algorithm.original:
+        options.append(f"--recompute-budget {t['recompute_budget']}")
     return " ".join(options)
 
 
