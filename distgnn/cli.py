@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
+import signal
 import sys
 
 from distgnn.errors import DistgnnError
@@ -27,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     fix_mmap_threshold()
+    # `kill -USR1 PID` prints every thread's Python stack to stderr (a run that seems stuck)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     parser = build_parser()
     args = parser.parse_args(argv)
     set_quiet(getattr(args, "quiet", False))
