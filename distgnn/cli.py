@@ -30,7 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     fix_mmap_threshold()
     # `kill -USR1 PID` prints every thread's Python stack to stderr (a run that seems stuck)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    try:
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    except (OSError, ValueError, AttributeError):
+        pass  # stderr without a file descriptor (main() called in-process, e.g. under pytest)
     parser = build_parser()
     args = parser.parse_args(argv)
     set_quiet(getattr(args, "quiet", False))
