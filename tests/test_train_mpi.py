@@ -429,33 +429,36 @@ def test_gcn_and_gin_cd0_equal_single_process(partitions, narrow_partitions, tmp
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--aggregator" in proc.stderr
 
 
-def _moving_leaves(folder: Path, parts: int) -> tuple[int, int, int]:
-    """(leaves, leaves with local in-edges, leaves with local out-edges) over all parts."""
+def _moving_leaves(folder: Path, parts: int) -> tuple[int, int, int, int]:
+    """(leaves, leaves with local in-edges, leaves with local out-edges, roots) over all parts."""
     import zarr
 
-    total = with_in = with_out = 0
+    total = with_in = with_out = roots = 0
     for k in range(parts):
         g = zarr.open_group(str(folder / f"part_{k}.zarr"), mode="r")
         n_roots = int(g.attrs["n_roots"])
+        roots += n_roots
         in_degree = np.diff(g["indptr"][:])[n_roots:]
         out_degree = np.diff(g["t_indptr"][:])[n_roots:]
         total += len(in_degree)
         with_in += int(np.count_nonzero(in_degree))
         with_out += int(np.count_nonzero(out_degree))
-    return total, with_in, with_out
+    return total, with_in, with_out, roots
 
 
 def test_root_posts_only_rows_that_carry_something(graph, tmp_path: Path) -> None:
     """Bytes counted at the send: every epoch, each of the two 16-wide aggregations broadcasts one
     row per leaf with local out-edges and reduces one per leaf with local in-edges, forward and
     (adjoint) backward. Random edge placement leaves many leaves without local in-edges and many
-    without local out-edges, so pruning shows."""
+    without local out-edges, so pruning shows. The kernel writes only compact tables
+    (docs/design.md#compact-rows): forward the roots and the leaves with local in-edges, backward
+    the roots and the leaves with local out-edges; no table row is zeroed."""
     parts = 4
     folder = tmp_path / "random-4"
     proc = run_cli("partition", graph, "--parts", parts, "--method", "random", "--out", folder,
                    "--threads", "1", "--quiet")
     assert proc.returncode == 0, proc.stderr
-    leaves, with_in, with_out = _moving_leaves(folder, parts)
+    leaves, with_in, with_out, roots = _moving_leaves(folder, parts)
     assert with_in < 0.9 * leaves and with_out < 0.9 * leaves
     run = tmp_path / "run"
     train(folder, parts, run, "--algo", "cd-0", "--epochs", "3", "--eval-every", "0",
@@ -466,11 +469,52 @@ def test_root_posts_only_rows_that_carry_something(graph, tmp_path: Path) -> Non
         assert r["bytes_backward"] == 2 * row * (with_in + with_out)
         assert r["bytes_broadcast"] == 2 * row * (with_out + with_in)  # forward rows + reduce adjoint
         assert r["bytes_reduce"] == 2 * row * (with_in + with_out)
+        assert r["rows_written"] == 2 * ((roots + with_in) + (roots + with_out))
+        assert r["rows_zeroed"] == 0
     # replicas sends every leaf both ways, every layer
     rep = tmp_path / "rep"
     train(folder, parts, rep, "--algo", "cd-0", "--epochs", "2", "--eval-every", "0",
           "--no-input-cache", "--apply", "replicas")
     assert records(rep)[-1]["bytes_forward"] == 2 * row * 2 * leaves
+
+
+def test_resume_reads_checkpoints_with_tables_over_local_ids(graph, tmp_path: Path) -> None:
+    """Checkpoints written before the compact tables (docs/design.md#compact-rows) hold a cd-r
+    layer's source table over every local row; resuming from one, rewritten so, continues
+    exactly. Random edge placement leaves rows out of the compact tables, so the two differ; the
+    first rule's leaf rows are delivered copies (the default rule recomputes them every step, so
+    a misread table would not show)."""
+    from distgnn.exchange.compact import compact_rows
+    from distgnn.train.partition_data import load_partition
+
+    parts, folder = 2, tmp_path / "random-2"
+    proc = run_cli("partition", graph, "--parts", parts, "--method", "random", "--out", folder,
+                   "--threads", "1", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    common = ["--algo", "cd-3", "--cdr-rule", "delayed", "--epochs", "12", "--checkpoint-every", "6",
+              "--eval-every", "0"]
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    train(folder, parts, whole, *common)
+    proc = train(folder, parts, broken, *common, check=False,
+                 env=fault_env(DISTGNN_TEST_FAIL_RANK="1", DISTGNN_TEST_FAIL_EPOCH="8"))
+    assert proc.returncode != 0
+    widened = 0
+    for k in range(parts):
+        path = broken / "checkpoints" / "epoch_000006" / f"rank_{k}.pt"
+        state = torch.load(path, weights_only=False)
+        assert state["exchange"].pop("table_rows") == "sources"
+        part = load_partition(folder, k)
+        sources = compact_rows(part, part.num_roots).sources
+        for layer in state["exchange"]["sums"].values():
+            if layer["table"] is not None:
+                table = layer["table"].new_zeros((part.num_local, layer["table"].shape[1]))
+                table[sources] = layer["table"]
+                widened += int(part.num_local > len(sources))
+                layer["table"] = table
+        torch.save(state, path)
+    assert widened > 0
+    train(folder, parts, broken, *common, "--resume")
+    np.testing.assert_allclose(losses(broken)[6:], losses(whole)[6:], rtol=1e-6)
 
 
 def test_apply_refusals_and_old_layout(partitions, tmp_path: Path) -> None:

@@ -29,6 +29,8 @@ def reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, k
     if comm.size == 1:
         return x
     with timers("exchange_wait"):
+        # gather and scatter-add of the leaves' rows, the clone, then the same back
+        timers.rows("copied", x.shape[0] + 2 * len(part.leaf_send.ids) + 2 * len(part.root_recv.ids))
         received = comm.exchange_rows(x[part.leaf_send.ids], part.leaf_send, part.root_recv, kind,
                                       training_direction(kind, Direction.REDUCE))
         total = x.clone()
@@ -57,16 +59,20 @@ class ReduceBroadcast(torch.autograd.Function):
 
 
 class Broadcast(torch.autograd.Function):
-    """h [n_roots, w] -> source table [n_k, w]: the roots' rows, then the leaves' copies (rows of
-    leaves without local out-edges are zero; no kernel reads them)."""
+    """h [n_roots, w] -> source table [n, w]: the roots' rows, then the leaves' copies at the
+    rows ``plans.bcast_leaf`` names (a compact table, docs/design.md#compact-rows: n = n_roots +
+    its rows, each written once; a table over local ids, n = n_k: the other rows zero)."""
 
     @staticmethod
-    def forward(ctx, h: torch.Tensor, n_local: int, plans: RootPlans, comm: Communicator,
+    def forward(ctx, h: torch.Tensor, n_rows: int, plans: RootPlans, comm: Communicator,
                 timers: Timers, kind: Traffic) -> torch.Tensor:
         ctx.plans, ctx.comm, ctx.timers, ctx.n_roots = plans, comm, timers, h.shape[0]
-        src = h.new_empty((n_local, h.shape[1]))
+        src = h.new_empty((n_rows, h.shape[1]))
         src[:h.shape[0]] = h
-        src[h.shape[0]:] = 0.0
+        if n_rows > h.shape[0] + len(plans.bcast_leaf.ids):
+            src[h.shape[0]:] = 0.0
+            timers.rows("zeroed", n_rows - h.shape[0])
+        timers.rows("copied", h.shape[0] + len(plans.bcast_root.ids) + len(plans.bcast_leaf.ids))
         if comm.size > 1:
             with timers("exchange_wait"):
                 rows = comm.exchange_rows(h[plans.bcast_root.ids], plans.bcast_root,
@@ -79,6 +85,7 @@ class Broadcast(torch.autograd.Function):
     def backward(ctx, grad_src: torch.Tensor):
         plans = ctx.plans
         grad_h = grad_src[:ctx.n_roots].clone()
+        ctx.timers.rows("copied", ctx.n_roots + len(plans.bcast_leaf.ids) + len(plans.bcast_root.ids))
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
                 rows = ctx.comm.exchange_rows(grad_src[plans.bcast_leaf.ids], plans.bcast_leaf,
@@ -88,13 +95,15 @@ class Broadcast(torch.autograd.Function):
 
 
 class Reduce(torch.autograd.Function):
-    """p [n_k, w] -> a [n_roots, w]: each root's own partial plus its leaves' partials."""
+    """p [n, w] -> a [n_roots, w]: each root's own partial plus its leaves' partials (the rows
+    ``plans.reduce_leaf`` names; n = n_roots + those rows in a compact table)."""
 
     @staticmethod
     def forward(ctx, p: torch.Tensor, n_roots: int, plans: RootPlans, comm: Communicator,
                 timers: Timers, kind: Traffic) -> torch.Tensor:
         ctx.plans, ctx.comm, ctx.timers, ctx.n_local = plans, comm, timers, p.shape[0]
         a = p[:n_roots].clone()
+        timers.rows("copied", n_roots + len(plans.reduce_leaf.ids) + len(plans.reduce_root.ids))
         if comm.size > 1:
             with timers("exchange_wait"):
                 rows = comm.exchange_rows(p[plans.reduce_leaf.ids], plans.reduce_leaf,
@@ -106,8 +115,14 @@ class Reduce(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_a: torch.Tensor):
         plans = ctx.plans
-        grad_p = grad_a.new_zeros((ctx.n_local, grad_a.shape[1]))
+        if ctx.n_local > grad_a.shape[0] + len(plans.reduce_leaf.ids):
+            grad_p = grad_a.new_zeros((ctx.n_local, grad_a.shape[1]))
+            ctx.timers.rows("zeroed", ctx.n_local)
+        else:  # every row is written below
+            grad_p = grad_a.new_empty((ctx.n_local, grad_a.shape[1]))
         grad_p[:grad_a.shape[0]] = grad_a
+        ctx.timers.rows("copied", grad_a.shape[0] + len(plans.reduce_root.ids)
+                        + len(plans.reduce_leaf.ids))
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
                 rows = ctx.comm.exchange_rows(grad_a[plans.reduce_root.ids].contiguous(),

@@ -32,12 +32,13 @@ class DelayedSumState:
     """cd-r state of one summed layer at the root."""
 
     step: int = 0
-    #: float [n_k, w]: the source table; rows [n_roots:) are the leaves' last delivered copies
-    #: (None when the layer reads no copies: stored input, or ``--fresh-copies``)
+    #: float [n_src, w]: the compact source table (docs/design.md#compact-rows); rows
+    #: [n_roots:) are the leaves' last delivered copies (None when the layer reads no copies:
+    #: stored input, or ``--fresh-copies``)
     table: torch.Tensor | None = None
     remote: torch.Tensor | None = None    #: R, float [n_roots, w]: leaves' last delivered partials
     mailbox: Mailbox = field(default_factory=lambda: Mailbox(CHANNELS))
-    #: ``--cdr-rule present`` only (else None): float [n_k, 1], 1 for a row the kernel reads as
+    #: ``--cdr-rule present`` only (else None): float [n_src, 1], 1 for a row the kernel reads as
     #: present (roots; leaf copies once delivered), and C, float [n_roots, 1], the leaves'
     #: delivered masses (:mod:`distgnn.exchange.present`)
     present: torch.Tensor | None = None
@@ -65,15 +66,19 @@ class DelayedReduceGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, p: torch.Tensor, remote: torch.Tensor, schedule: DelayedSchedule,
                 state: DelayedSumState, step: int) -> torch.Tensor:
-        ctx.schedule, ctx.state, ctx.step, ctx.n_local = schedule, state, step, p.shape[0]
+        ctx.schedule, ctx.state, ctx.step, ctx.n_dst = schedule, state, step, p.shape[0]
         return p[:remote.shape[0]] + remote
 
     @staticmethod
     def backward(ctx, grad_a: torch.Tensor):
         schedule, e = ctx.schedule, ctx.step
         bins = schedule.bin(e)
-        grad_p = grad_a.new_zeros((ctx.n_local, grad_a.shape[1]))
-        grad_p[:grad_a.shape[0]] = grad_a
+        n_roots = grad_a.shape[0]
+        grad_p = grad_a.new_empty((ctx.n_dst, grad_a.shape[1]))
+        grad_p[:n_roots] = grad_a
+        grad_p[n_roots:] = 0.0  # the leaves outside this step's bin
+        schedule.timers.rows("zeroed", ctx.n_dst - n_roots)
+        schedule.timers.rows("copied", grad_a.shape[0] + 2 * len(bins.reduce_root.ids))
         got = schedule.post_and_take_gradient(ctx.state.mailbox, "partials_grad", e,
                                               grad_a[bins.reduce_root.ids], bins.reduce_root,
                                               bins.reduce_leaf, Direction.BROADCAST)
@@ -87,7 +92,7 @@ class TableSum(torch.autograd.Function):
     persistent source table (whose leaf rows hold the last delivered copies), and the kernel runs
     over it; so a step copies n_roots rows, not the whole table. Under ``--cdr-rule recompute``
     h [len(rows), w] also holds the leaves' recomputed rows and is copied into the table rows
-    ``rows`` (the roots first). Backward runs the kernel on the transpose and returns the rows'
+    ``rows`` (positions in the table, the roots first). Backward runs the kernel on the transpose and returns the rows'
     gradient; with delayed gradients it also posts the gradient of this step's bin copies to
     their roots and adds the one posted r steps ago."""
 
@@ -97,6 +102,7 @@ class TableSum(torch.autograd.Function):
                 ) -> torch.Tensor:
         ctx.kernel, ctx.schedule, ctx.state, ctx.step, ctx.rows = kernel, schedule, state, step, rows
         with kernel.timers("aggregate"):
+            kernel.timers.rows("copied", h.shape[0])
             if rows is None:
                 state.table[:h.shape[0]].copy_(h.detach())
             else:

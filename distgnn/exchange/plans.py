@@ -25,6 +25,15 @@ class RootPlans:
     bcast_leaf: RowPlan     #: my leaves with local out-edges (they need their root's row)
     bcast_root: RowPlan     #: my roots' rows sent to those leaves, grouped by leaf rank
 
+    def leaves_at(self, reduce_position: torch.Tensor, bcast_position: torch.Tensor) -> "RootPlans":
+        """The same plans with the leaf rows moved: ``reduce_leaf``'s ids to
+        ``reduce_position[ids]``, ``bcast_leaf``'s to ``bcast_position[ids]`` (each int64 [n_k]);
+        the roots' rows stay."""
+        return RootPlans(RowPlan(reduce_position[self.reduce_leaf.ids], self.reduce_leaf.offsets),
+                         self.reduce_root,
+                         RowPlan(bcast_position[self.bcast_leaf.ids], self.bcast_leaf.offsets),
+                         self.bcast_root)
+
 
 def every_replica(part: PartitionData) -> RootPlans:
     """The stored plan unpruned: every leaf sends and receives (the replicas mode)."""

@@ -34,7 +34,7 @@ class DegreePresent:
     def __init__(self, kernel: LocalKernel, plans: RootPlans, eval_comm: Communicator,
                  timers: Timers, n_roots: int):
         self.kernel, self.n_roots = kernel, n_roots
-        ones = torch.ones((kernel.part.num_local, 1), dtype=torch.float32)
+        ones = torch.ones((kernel.graph.n_src, 1), dtype=torch.float32)
         with torch.no_grad():
             self.full = Reduce.apply(kernel.forward_rows(ones), n_roots, plans, eval_comm, timers,
                                      "setup")
@@ -46,14 +46,13 @@ class DegreePresent:
 
     def start(self, state: DelayedSumState, delayed_copies: bool) -> None:
         """A new layer: its roots present, its leaf copies absent until delivered."""
-        n_local = self.kernel.part.num_local
-        state.present = torch.ones((n_local, 1), dtype=torch.float32)
+        state.present = torch.ones((self.kernel.graph.n_src, 1), dtype=torch.float32)
         if delayed_copies:
             state.present[self.n_roots:] = 0.0
         state.counts = torch.zeros((self.n_roots, 1), dtype=torch.float32)
 
     def masses(self, state: DelayedSumState) -> torch.Tensor:
-        """c_k [n_k, 1]: the present rows' mass at every local vertex."""
+        """c_k [n_dst, 1]: the present rows' mass at every destination row."""
         return self.kernel.forward_rows(state.present)
 
     def scale(self, own: torch.Tensor, state: DelayedSumState) -> torch.Tensor:

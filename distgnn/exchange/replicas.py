@@ -43,7 +43,7 @@ from distgnn.attention import local_attention
 from distgnn.comm import Communicator, Direction, Traffic
 from distgnn.exchange.attention_exact import merge_at_roots
 from distgnn.exchange.collectives import Broadcast, ReduceBroadcast
-from distgnn.exchange.local_sum import LocalKernel
+from distgnn.exchange.local_sum import KernelGraph, LocalKernel
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.norms import (check_norm, global_out_degree, kernel_weights,
                                     local_out_degree, scale_aggregate)
@@ -95,15 +95,16 @@ class ReplicaAggregation(ModeAndMessages):
         self.local_degree = part.local_degree.clamp(min=0).to(torch.float32)
         self.global_degree = part.in_degree_global.to(torch.float32)
         out_degree = global_out_degree(part, comm) if norm == "sym" else None
+        edges = KernelGraph.of(part)
         #: exact (cd-0, evaluation): global degree in the kernel, the self term at the roots
-        self.exact_kernel = LocalKernel(part, kernel_weights(norm, self.global_degree, out_degree,
-                                                             part.num_roots), threads, timers)
+        self.exact_kernel = LocalKernel(edges, kernel_weights(norm, self.global_degree, out_degree,
+                                                              part.num_roots), threads, timers)
         #: 0c: the local degree and out-degree, every replica adds its own row
-        self.local_kernel = LocalKernel(part, kernel_weights(
+        self.local_kernel = LocalKernel(edges, kernel_weights(
             norm, self.local_degree, local_out_degree(part) if norm == "sym" else None,
             part.num_local), threads, timers)
         #: cd-r: a plain sum (sym's source weights only), scaled after the exchange
-        self.delayed_kernel = LocalKernel(part, kernel_weights(norm, None, out_degree, 0),
+        self.delayed_kernel = LocalKernel(edges, kernel_weights(norm, None, out_degree, 0),
                                           threads, timers)
         self.layers: dict[int, ReplicaLayerState] = {}
         self.settled = SettledLayers(frozenset(constant_layers))

@@ -5,13 +5,17 @@ A part's roots are its first ``n_roots`` local ids (layout version 2), so the ro
 the layer to are a prefix of its local rows. One layer's aggregation:
 
 1. **broadcast** -- the roots' layer input h [n_roots, w] is sent to the leaf replicas that use it
-   as a source (leaves with local out-edges), giving the source table [n_k, w]. A layer whose
+   as a source (leaves with local out-edges), giving the source table [n_src, w]. A layer whose
    input is the stored features (layer 0 when it aggregates first) reads them instead: every
    replica has them, nothing is sent.
-2. **local sum** -- the native kernel over the part's own edges, p [n_k, w], each part's partials
+2. **local sum** -- the native kernel over the part's own edges, p [n_dst, w], each part's partials
    already scaled by the global in-degree (the root alone adds the self term).
 3. **reduce** -- leaves with local in-edges send their partial to the root; the root adds them to
    its own: a [n_roots, w], the final aggregate.
+
+The tables hold only the rows that carry something (:mod:`distgnn.exchange.compact`): the source
+table the roots and the leaves with local out-edges, the partials the roots and the leaves with
+local in-edges.
 
 cd-0 runs them blocking, each with its exact adjoint (:mod:`distgnn.exchange.collectives`), so it
 equals one-process training. cd-r moves each split vertex once every r steps, non-blocking, and
@@ -35,6 +39,7 @@ from distgnn.comm import Communicator, Direction, Traffic
 from distgnn.exchange.attention_delayed import AttentionValues, DelayedAttention
 from distgnn.exchange.attention_exact import exact_attention
 from distgnn.exchange.collectives import Broadcast, Reduce
+from distgnn.exchange.compact import compact_rows
 from distgnn.exchange.delayed_sum import DelayedReduceGrad, DelayedSumState, TableSum
 from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.mailbox import Mailbox
@@ -87,33 +92,48 @@ class RootAggregation(ModeAndMessages):
         self.warm = warm and delay > 0 and comm.size > 1
         self.stored_input_layers = frozenset(stored_input_layers)
         self.settled = SettledLayers(frozenset(constant_layers) & self.stored_input_layers)
-        # every replica scales its partials by the global in-degree; the roots add the self term
-        out_degree = global_out_degree(part, comm) if norm == "sym" else None
-        self.kernel = LocalKernel(part, kernel_weights(norm, part.in_degree_global, out_degree,
-                                                       self.n_roots), threads, timers)
         #: one rank holding every vertex as a root (P = 1): the exchange's copies are skipped
         self.single = comm.size == 1 and part.num_local == self.n_roots
+        #: the plans over local ids (attention's), and the summed layers' over compact tables
         self.plans = root_plans(part, comm)
+        self.compact = compact_rows(part, self.n_roots)
+        self.sum_plans = self.compact.plans(self.plans)
+        # every replica scales its partials by the global in-degree; the roots add the self term
+        out_degree = global_out_degree(part, comm) if norm == "sym" else None
+        weights = kernel_weights(norm, part.in_degree_global, out_degree, self.n_roots)
+        self.kernel = LocalKernel(self.compact.graph, self.compact.weights(weights), threads,
+                                  timers)
+        #: the stored features' aggregation: the destinations over all local rows
+        self.feature_kernel = LocalKernel(self.compact.feature_graph,
+                                          self.compact.feature_weights(weights), threads, timers)
         self.layers: dict[int, DelayedSumState] = {}
-        self.schedule = self.attention_rule = None
+        self.schedule = self.sum_schedule = self.attention_rule = None
         if delay > 0:
             self.schedule = DelayedSchedule.build(
                 self.plans, part.local_to_global, delay, comm, timers, self.n_roots,
                 delayed_gradients and comm.size > 1)
+            self.sum_schedule = self._in_tables(self.schedule)
             self.attention_rule = DelayedAttention(part, self.plans, self.schedule, threads,
                                                    self.fresh_copies)
         self.present = None
         if present and delay > 0 and comm.size > 1:
-            self.present = DegreePresent(self.kernel, self.plans, eval_comm, timers, self.n_roots)
-        #: ``--cdr-rule recompute``: the rows layer 0 runs on in training (None: the roots), and
-        #: layer 1's schedule, whose broadcast goes to the leaves that do not recompute
-        self._recomputed = self._recompute_schedule = None
+            self.present = DegreePresent(self.kernel, self.sum_plans, eval_comm, timers,
+                                         self.n_roots)
+        #: ``--cdr-rule recompute``: the rows layer 0 runs on in training (None: the roots; local
+        #: ids, and their source table rows), and layer 1's schedule, whose broadcast goes to
+        #: the leaves that do not recompute
+        self._recomputed = self._recomputed_in_table = self._recompute_schedule = None
         if recompute and delay > 0 and comm.size > 1:
             chosen = choose_recomputed(part, self.plans, self.n_roots, recompute_budget)
             self._recomputed = recomputed_rows(self.plans, self.n_roots, chosen)
-            self._recompute_schedule = DelayedSchedule.build(
+            self._recomputed_in_table = self.compact.src_position[self._recomputed]
+            self._recompute_schedule = self._in_tables(DelayedSchedule.build(
                 copy_plans(self.plans, chosen, comm), part.local_to_global, delay, comm, timers,
-                self.n_roots, delayed_gradients and comm.size > 1)
+                self.n_roots, delayed_gradients and comm.size > 1))
+
+    def _in_tables(self, schedule: DelayedSchedule) -> DelayedSchedule:
+        """``schedule`` with its leaf rows as compact table rows (the summed layers')."""
+        return schedule.leaves_at(self.compact.dst_position, self.compact.src_position)
 
     # -- the Aggregation protocol ------------------------------------------------------------
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
@@ -128,14 +148,15 @@ class RootAggregation(ModeAndMessages):
             return self._delayed(layer, h)
         comm, kind = ((self.comm, Traffic.FORWARD) if self.training
                       else (self.eval_comm, Traffic.EVAL))
-        stored = layer in self.stored_input_layers
-        if self.single:  # every vertex is a root: no table to fill, no partial to reduce
-            return self.kernel(self._feat_rows if stored else h)
-        if stored:
-            src = self._feat_rows
+        if layer in self.stored_input_layers:
+            p = self.feature_kernel(self._feat_rows)
+        elif self.single:  # every vertex is a root: no table to fill, no partial to reduce
+            p = self.kernel(h)
         else:
-            src = Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers, kind)
-        return Reduce.apply(self.kernel(src), self.n_roots, self.plans, comm, self.timers, kind)
+            p = self.kernel(Broadcast.apply(h, self.kernel.graph.n_src, self.sum_plans, comm,
+                                            self.timers, kind))
+        return p if self.single else Reduce.apply(p, self.n_roots, self.sum_plans, comm,
+                                                  self.timers, kind)
 
     def attention(self, layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
                   dropout=None, inputs: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -156,10 +177,10 @@ class RootAggregation(ModeAndMessages):
         """The exact aggregate of the stored features at the roots, [n_roots, F] (for the input
         cache): every replica has the features, so only the reduce runs, on ``eval_comm``."""
         with torch.no_grad():
-            p = self.kernel(self.part.feat)
+            p = self.feature_kernel(self.part.feat)
             if self.single:
                 return p
-            return Reduce.apply(p, self.n_roots, self.plans, self.eval_comm, self.timers,
+            return Reduce.apply(p, self.n_roots, self.sum_plans, self.eval_comm, self.timers,
                                 Traffic.EVAL)
 
     def training_rows(self) -> torch.Tensor | None:
@@ -190,12 +211,17 @@ class RootAggregation(ModeAndMessages):
         self.finish()
         return {"sums": {layer: s.state_dict() for layer, s in self.layers.items()},
                 "attention": ({} if self.attention_rule is None
-                              else self.attention_rule.state_dict())}
+                              else self.attention_rule.state_dict()),
+                "table_rows": "sources"}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.settled.clear()
         self.layers = {int(layer): DelayedSumState.from_state(s)
                        for layer, s in state["sums"].items()}
+        if state.get("table_rows") != "sources":  # saved before compact tables: over local ids
+            for s in self.layers.values():
+                s.table = None if s.table is None else self.compact.source_rows(s.table)
+                s.present = None if s.present is None else self.compact.source_rows(s.present)
         if self.attention_rule is not None:
             self.attention_rule.load_state_dict(state["attention"])
 
@@ -205,7 +231,7 @@ class RootAggregation(ModeAndMessages):
         kept = self.settled.get(layer)
         if kept is not None:
             return kept
-        schedule, comm = self.schedule, self.comm
+        schedule, comm = self.sum_schedule, self.comm
         r, n_roots = schedule.delay, self.n_roots
         stored, constant = layer in self.stored_input_layers, layer in self.settled.layers
         recomputed = self._recomputed is not None and layer == RECOMPUTED_LAYER
@@ -216,16 +242,21 @@ class RootAggregation(ModeAndMessages):
         delayed_copies = has_table and schedule.moves_copies
         if state.remote is None:
             state.remote = h.new_zeros((n_roots, h.shape[1]), dtype=torch.float32)
+            self.timers.rows("zeroed", n_roots)
             if has_table:
-                state.table = h.new_zeros((self.part.num_local, h.shape[1]))  # h's row dtype
+                n_src = self.kernel.graph.n_src
+                state.table = h.new_zeros((n_src, h.shape[1]))  # h's row dtype
+                self.timers.rows("zeroed", n_src)
             if self.present is not None:
                 self.present.start(state, delayed_copies)
         e, box = state.step, state.mailbox
         if self.warm and e < r:
             # a recomputed leaf's row equals its root's: cd-0's broadcast of the roots' rows
             src = self._feat_rows if stored else Broadcast.apply(
-                h[:n_roots], self.part.num_local, self.plans, comm, self.timers, Traffic.FORWARD)
-            out = warm_step(src, n_roots, self.kernel, self.plans, comm, self.timers, state)
+                h[:n_roots], self.kernel.graph.n_src, self.sum_plans, comm, self.timers,
+                Traffic.FORWARD)
+            out = warm_step(src, n_roots, self.feature_kernel if stored else self.kernel,
+                            self.sum_plans, comm, self.timers, state)
             self.settled.offer(layer, out, True)  # R of a constant layer is final at once
             return out
         bins = schedule.bin(e)
@@ -235,19 +266,22 @@ class RootAggregation(ModeAndMessages):
                     rows = box.take("partials", e - r)
                     state.remote[bins.reduce_root.ids] = 0.0
                     state.remote.index_add_(0, bins.reduce_root.ids, rows)
+                    self.timers.rows("zeroed", rows.shape[0])
+                    self.timers.rows("copied", rows.shape[0])
                 copies_taken = delayed_copies and box.holds("copies", e - r)
                 if copies_taken:
                     state.table[bins.bcast_leaf.ids] = box.take("copies", e - r)
+                    self.timers.rows("copied", len(bins.bcast_leaf.ids))
                 if self.present is not None:
                     take_delivered(schedule, state, e, copies_taken)
         if stored:
-            p = self.kernel(self._feat_rows)
+            p = self.feature_kernel(self._feat_rows)
         elif self.fresh_copies:
-            p = self.kernel(Broadcast.apply(h, self.part.num_local, self.plans, comm, self.timers,
-                                            Traffic.FORWARD))
+            p = self.kernel(Broadcast.apply(h, self.kernel.graph.n_src, self.sum_plans, comm,
+                                            self.timers, Traffic.FORWARD))
         else:
             p = TableSum.apply(h, self.kernel, schedule, state, e,
-                               self._recomputed if recomputed else None)
+                               self._recomputed_in_table if recomputed else None)
         degree = self.present is not None and DegreePresent.active(e, r)
         masses = self.present.masses(state) if degree else None
         if comm.size > 1:

@@ -5,7 +5,7 @@ moves, and each message is consumed r steps after it was posted (docs/design.md#
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -38,6 +38,12 @@ class DelayedSchedule:
                    [torch.nonzero(received_bins == b).flatten() for b in range(delay)],
                    delayed_gradients, comm.sum(len(plans.bcast_leaf.ids)) > 0)
 
+    def leaves_at(self, reduce_position: torch.Tensor,
+                  bcast_position: torch.Tensor) -> "DelayedSchedule":
+        """The same schedule with each bin's leaf rows moved (:meth:`RootPlans.leaves_at`)."""
+        return replace(self, bins=[b.leaves_at(reduce_position, bcast_position)
+                                   for b in self.bins])
+
     def bin(self, step: int) -> RootPlans:
         """The plans of the bin that moves at ``step``."""
         return self.bins[step % self.delay]
@@ -45,6 +51,7 @@ class DelayedSchedule:
     def post(self, mailbox: Mailbox, channel: str, step: int, rows: torch.Tensor, send: RowPlan,
              recv: RowPlan, direction: Direction) -> None:
         """Post this step's forward rows of its bin (non-blocking)."""
+        self.timers.rows("copied", rows.shape[0])  # gathered by the caller
         mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv,
                                                                   Traffic.FORWARD, direction))
 
@@ -54,6 +61,7 @@ class DelayedSchedule:
         """Delayed gradients: post this step's gradient rows of its bin (non-blocking) and return
         the ones posted r steps ago for the same bin (None before the first)."""
         with self.timers("exchange_wait"):
+            self.timers.rows("copied", rows.shape[0])  # gathered by the caller
             mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv,
                                                                       Traffic.BACKWARD, direction))
             earlier = step - self.delay
@@ -74,4 +82,5 @@ class DelayedSchedule:
                                           leaf_plan, root_plan, Direction.REDUCE)
         if got is None:
             return grad_h
+        self.timers.rows("copied", grad_h.shape[0] + got.shape[0])
         return grad_h.clone().index_add_(0, root_plan.ids, got)

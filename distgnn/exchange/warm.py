@@ -25,10 +25,10 @@ from distgnn.train.timers import Timers
 
 def warm_step(src: torch.Tensor, n_roots: int, kernel: LocalKernel, plans: RootPlans,
               comm: Communicator, timers: Timers, state: DelayedSumState) -> torch.Tensor:
-    """One warm step of a summed layer: cd-0's aggregate [n_roots, w] of the source table
-    ``src`` [n_k, w] (cd-0's broadcast of the roots' rows, the stored features every replica has,
-    or the rows the leaves recompute), keeping the copies (when the layer has a table) and R in
-    ``state``, and advancing its step."""
+    """One warm step of a summed layer: cd-0's aggregate [n_roots, w] of the source rows ``src``
+    that ``kernel`` reads (cd-0's broadcast of the roots' rows into the compact source table, or
+    the stored features every replica has), keeping the copies (when the layer has a table) and R
+    in ``state``, and advancing its step."""
     p = kernel(src)
     out = Reduce.apply(p, n_roots, plans, comm, timers, Traffic.FORWARD)
     with torch.no_grad():

@@ -16,7 +16,7 @@ import numpy as np
 from distgnn.comm import Communicator
 from distgnn.train.context import RankContext
 from distgnn.train.provenance import git_commit, slurm_job_id, versions
-from distgnn.train.timers import Timers
+from distgnn.train.timers import ROW_KINDS, Timers
 from distgnn.vocabulary import steady_start
 
 #: byte counters reported per epoch, each summed over ranks
@@ -29,9 +29,9 @@ def peak_rss_bytes() -> int:
 
 
 def reduce_over_ranks(figures: list[dict[str, Any]]) -> dict[str, Any]:
-    """Rank 0's view of every rank's ``figures`` (same keys, same order on each): ``bytes_*``
-    summed, everything else (times, peak memory, metrics that agree) the largest."""
-    return {key: (sum if key.startswith("bytes_") else max)(f[key] for f in figures)
+    """Rank 0's view of every rank's ``figures`` (same keys, same order on each): ``bytes_*`` and
+    ``rows_*`` summed, everything else (times, peak memory, metrics that agree) the largest."""
+    return {key: (sum if key.startswith(("bytes_", "rows_")) else max)(f[key] for f in figures)
             for key in figures[0]}
 
 
@@ -51,6 +51,7 @@ class EpochMeter:
     def stop(self) -> dict[str, Any]:
         """This rank's figures of the step just run, in ``metrics.jsonl``'s order."""
         elapsed = time.perf_counter() - self._start
+        rows = dict(self.timers.row_counts)
         parts = self.timers.reset()
         aggregate = parts.get("aggregate", 0.0)
         wait = parts.get("exchange_wait", 0.0)
@@ -64,6 +65,8 @@ class EpochMeter:
         }
         for kind in BYTE_KINDS:
             figures[f"bytes_{kind}"] = self.comm.bytes_sent.get(kind, 0) - self._bytes.get(kind, 0)
+        for kind in ROW_KINDS:
+            figures[f"rows_{kind}"] = rows.get(kind, 0)
         return figures
 
     def evaluation(self, evaluate) -> dict[str, Any]:
@@ -120,5 +123,6 @@ def run_summary(ctx: RankContext, records: list[dict[str, Any]]) -> dict[str, An
         "test_at_best_val": best["test"] if best else None,
         "final_test": evaluated[-1]["test"] if evaluated else None,
         **{f"bytes_{kind}": mean(f"bytes_{kind}") for kind in BYTE_KINDS},
+        **{f"rows_{kind}": mean(f"rows_{kind}") for kind in ROW_KINDS},
         "peak_rss_bytes": max(r["peak_rss_bytes"] for r in records) if records else None,
     }
