@@ -102,7 +102,41 @@ def replication_law(python: str, graph: Path, work: Path, parts: list[int], buil
         vb.append(a.get("vertex_balance", 1.0))
         dirs[p] = out
     law = fit_replication(parts, rfs, eb, vb)
+    law.leaf_in_fraction, law.leaf_out_fraction = leaf_fractions(graph, dirs[max(parts)])
     return law, dict(zip(parts, rfs)), dirs
+
+
+def leaf_fractions(graph: Path, partdir: Path) -> tuple[float, float]:
+    """The leaves with local in- and out-edges of ``partdir``'s assignment, as fractions."""
+    import zarr
+
+    from distgnn.data.graph_store import GraphStore
+    from distgnn.scaling.replication import leaf_edge_fractions
+
+    assignment = zarr.open_group(str(partdir / "assignment.zarr"), mode="r")
+    indptr, indices = GraphStore.open(graph).csr()
+    return leaf_edge_fractions(indptr, indices, assignment["edge_part"][:], assignment["root"][:])
+
+
+def add_leaf_fractions(calibration: Path, work: Path, scale: float, papers_scale: float) -> None:
+    """Step 1's leaf fractions only, written into an existing calibration (one made before the
+    model counted the compact tables); its laws and costs are kept."""
+    from distgnn.data.fetch import fetch
+
+    cal = json.loads(calibration.read_text())
+    for key, name, s in (("replication", "synth-reddit", scale),
+                         ("papers_replication", "synth-papers100M", papers_scale)):
+        graph = fetch(name, root=work / "data", scale=s)
+        parts = max(cal[key].get("fitted_parts") or [16])
+        out = graph.parent / "partitions" / f"libra-{parts}"
+        if not (out / "assignment.zarr").exists():
+            run_logged(sys.executable, "-m", "distgnn", "partition", "assign", graph, "--parts",
+                       parts, "--out", out, "--quiet", log=work / f"assign-{name}-{parts}.log")
+        f_in, f_out = leaf_fractions(graph, out)
+        cal[key].update(leaf_in_fraction=f_in, leaf_out_fraction=f_out)
+        print(f"{graph.parent.name}, libra P = {parts}: leaves with local in-edges {f_in:.3f}, "
+              f"with local out-edges {f_out:.3f}")
+    calibration.write_text(json.dumps(cal, indent=1) + "\n")
 
 
 def train(python: str, partdir: Path, algo: str, parts: int, epochs: int, run: Path, log: Path,
@@ -129,7 +163,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", help="write the calibration (CAL.json for distgnn scaling-model)")
     parser.add_argument("--markdown", help="write the tables here")
     parser.add_argument("--plot", help="write the speedup plot (PNG) here")
+    parser.add_argument("--leaf-fractions-into", metavar="CAL.json", type=Path,
+                        help="only measure the leaf fractions (step 1) and add them to this "
+                             "existing calibration, keeping everything else")
     args = parser.parse_args(argv)
+    if args.leaf_fractions_into:
+        add_leaf_fractions(args.leaf_fractions_into, work_folder(args.work, "bench-scaling-"),
+                           args.scale, args.papers_scale)
+        return 0
     from distgnn.commands.scaling_model import GRAPHS, format_table, row_label
     from distgnn.data.fetch import fetch
     from distgnn.scaling.costs import GraphShape, ModelShape, fit_costs
@@ -155,13 +196,17 @@ def main(argv: list[str] | None = None) -> int:
     law, rfs, dirs = replication_law(python, graph_path, work, [1, 2, 4, 8, 16], build={1, 2})
     say(f"**{graph.name}** ({graph.num_nodes:,} vertices, {graph.num_edges:,} edges), libra: measured RF "
         + ", ".join(f"P={p}: {r:.3f}" for p, r in rfs.items()))
-    say(f"fitted on P = 2 ... 16: {law.describe()}")
+    say(f"fitted on P = 2 ... 16: {law.describe()}; at P = 16, leaves with local in-edges "
+        f"{law.leaf_in_fraction:.3f}, with out-edges {law.leaf_out_fraction:.3f}")
     papers_path = fetch("synth-papers100M", root=work / "data", scale=args.papers_scale)
     papers_law, papers_rfs, _ = replication_law(python, papers_path, work, [1, 2, 4, 8, 16], build=set())
     say(f"**{papers_path.parent.name}**, libra: measured RF " +
         ", ".join(f"P={p}: {r:.3f}" for p, r in papers_rfs.items()))
     say(f"fitted on P = 2 ... 16: {papers_law.describe()}; extrapolated RF(32, 64, 128) = "
-        + ", ".join(f"{papers_law(p):.2f}" for p in (32, 64, 128)))
+        + ", ".join(f"{papers_law(p):.2f}" for p in (32, 64, 128))
+        + f"; at P = 16, leaves with local in-edges {papers_law.leaf_in_fraction:.3f}, with "
+          f"out-edges {papers_law.leaf_out_fraction:.3f} (held beyond: compact rows, "
+          "docs/design.md#compact-rows)")
     say()
 
     # 2. network

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 @pytest.mark.slow
 @pytest.mark.mpi
 def test_scaling_bench_smoke(tmp_path: Path, capsys) -> None:
@@ -32,6 +32,21 @@ def test_scaling_bench_smoke(tmp_path: Path, capsys) -> None:
     assert checked == [("cd-0", "root"), ("cd-5", "root"), ("cd-5 --cdr-rule delayed", "root"),
                        ("cd-5 --fresh-copies --cdr-rule delayed", "root"), ("0c", "replicas")]
     assert all(v["measured_s"] > 0 and v["predicted_s"] > 0 for v in d["validation"])
+    # the leaves' fractions with local in- and out-edges (the compact tables' rows) are measured
+    for key in ("replication", "papers_replication"):
+        assert 0 < d[key]["leaf_in_fraction"] <= 1 and 0 < d[key]["leaf_out_fraction"] <= 1
+    # and can be added to a calibration made without them, keeping the rest
+    old = {k: v for k, v in d.items()}
+    old["papers_replication"] = {k: v for k, v in d["papers_replication"].items()
+                                 if not k.startswith("leaf_")}
+    earlier = tmp_path / "earlier.json"
+    earlier.write_text(json.dumps(old))
+    proc = subprocess.run([sys.executable, "-m", "bench.scaling", "--scale", "0.005",
+                           "--papers-scale", "0.0002", "--work", str(tmp_path / "work"),
+                           "--leaf-fractions-into", str(earlier)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(earlier.read_text()) == d
     # the row cost comes from the papers twin (mean degree 14.5), and is a cost, not a gain
     assert d["costs"]["agg_row_per_edge"] >= 0 and d["costs"]["dense_s_per_vertex_unit"] > 0
     text = md.read_text()

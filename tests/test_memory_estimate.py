@@ -65,7 +65,8 @@ def test_reads_partition_attrs(tmp_path):
 def test_apply_at_root_keeps_dense_rows_for_roots_only():
     """Under root the input cache, the saved activations and the working set count the roots'
     rows (n - leaves): activations shrink by exactly the roots' share; the features still count
-    all n; GAT keeps its n-row working set; one part: no difference."""
+    all n; GAT keeps its n-row working set; the graph adds the compact tables' arrays; one part:
+    no difference."""
     replicas = estimate_shape(shape(), 3, 256, "cd-0", apply="replicas")
     root = estimate_shape(shape(), 3, 256, "cd-0", apply="root")
     leaves, f32 = 2_000, 4
@@ -73,7 +74,10 @@ def test_apply_at_root_keeps_dense_rows_for_roots_only():
     assert root.activations == pytest.approx(replicas.activations * (10_000 - leaves) / 10_000, rel=1e-9)
     gat = [estimate_shape(shape(), 2, 8, "cd-0", apply=a, model="gat", heads=8) for a in ("root", "replicas")]
     assert gat[1].activations * (10_000 - leaves) / 10_000 < gat[0].activations < gat[1].activations
-    assert root.graph == replicas.graph and root.optimizer == replicas.optimizer
+    assert root.optimizer == replicas.optimizer
+    # the compact tables' CSR, transpose and position maps (docs/design.md#compact-rows)
+    n, m = 10_000, shape().m
+    assert root.graph - replicas.graph == 2 * (n + 1) * 8 + 2 * m * 4 + 4 * n * 8
     assert estimate_shape(shape(), 3, 256, "cd-0").total == root.total      # auto is root for cd-0
     assert estimate_shape(shape(), 3, 256, "0c").total == estimate_shape(shape(), 3, 256, "0c", apply="replicas").total
     one = shape(parts=1, leaves=0, split=0)

@@ -233,3 +233,44 @@ def test_cli_predict_fresh_copies(tmp_path, capsys):
     assert {"algo", "P", "speedup", "dominant"} <= set(fresh["cd-5", 8])
     assert main(common + ["--fresh-copies"]) == 0
     assert "| cd-5 --fresh-copies | root | 8 |" in capsys.readouterr().out
+
+
+def test_root_aggregation_counts_the_compact_tables_rows() -> None:
+    """Under root the kernel writes n_dst rows forward and n_src backward (docs/design.md#
+    compact-rows): the row term is N / P (1 + (RF - 1) (f_in + f_out) / 2) x vertex balance;
+    on the replicas every replica's row; fractions of 1 (a calibration without them) count every
+    local row, as before."""
+    costs = ComputeCosts(agg_s_per_edge_col=1e-9, dense_s_per_vertex_unit=1e-9, agg_row_per_edge=10.0)
+    every = ReplicationLaw(a=0.8, b=0.5, vertex_balance=1.1)
+    compact = ReplicationLaw(a=0.8, b=0.5, vertex_balance=1.1, leaf_in_fraction=0.5,
+                             leaf_out_fraction=0.7)
+    p, rf = 16, every(16)
+    units = MODEL.agg_units(GRAPH, "cd-0", p, False) * costs.agg_s_per_edge_col
+    edges = GRAPH.num_edges / p * every.edge_balance
+    full = predict_epoch(p, "cd-0", GRAPH, MODEL, costs, every, NetworkModel(), apply="root")
+    assert full.aggregate_s == pytest.approx((edges + 10.0 * rf * GRAPH.num_nodes / p * 1.1) * units)
+    rows = GRAPH.num_nodes / p * (1 + (rf - 1) * 0.6) * 1.1
+    got = predict_epoch(p, "cd-0", GRAPH, MODEL, costs, compact, NetworkModel(), apply="root")
+    assert got.aggregate_s == pytest.approx((edges + 10.0 * rows) * units)
+    replicas = [predict_epoch(p, "cd-5", GRAPH, MODEL, costs, law, NetworkModel(), apply="replicas")
+                for law in (every, compact)]
+    assert replicas[0].aggregate_s == replicas[1].aggregate_s
+    assert ReplicationLaw.from_dict(compact.to_dict()) == compact
+
+
+def test_leaf_edge_fractions_of_a_hand_cut() -> None:
+    """Four vertices, two parts; roots: 0, 1 on part 0, 2, 3 on part 1. Edges (src -> dst, part):
+    0->1 (0), 0->2 (1), 3->1 (1), 2->3 (1), 1->0 (0). Leaves: (1, v0) out only, (1, v1) in only;
+    (0, *) and (1, 2/3) are roots. So half the leaves have local in-edges, half out-edges."""
+    from distgnn.scaling.replication import leaf_edge_fractions
+
+    edges = [(0, 1, 0), (0, 2, 1), (3, 1, 1), (2, 3, 1), (1, 0, 0)]
+    edges.sort(key=lambda e: e[1])  # store order: by destination
+    indptr = np.zeros(5, np.int64)
+    np.add.at(indptr, [d + 1 for _, d, _ in edges], 1)
+    indptr = np.cumsum(indptr)
+    indices = np.array([s for s, _, _ in edges], np.int32)
+    edge_part = np.array([k for _, _, k in edges], np.uint8)
+    assert leaf_edge_fractions(indptr, indices, edge_part, np.array([0, 0, 1, 1])) == (0.5, 0.5)
+    # with vertex 1's root on part 1, its part-0 replica (in 0->1, out 1->0) is the other leaf
+    assert leaf_edge_fractions(indptr, indices, edge_part, np.array([0, 1, 1, 1])) == (0.5, 1.0)

@@ -7,7 +7,10 @@ Per rank (the slowest one sets the epoch):
   leaf rows exchanged L = (RF(P) - 1) N / P (every replica beyond the first is a leaf);
 * dense rows: n under ``replicas`` (every replica runs the layers), N / P under ``root`` (each
   vertex once, at its root; roots are balanced per part);
-* aggregation ``(m + r n) * sum_l 2 a_l * c_agg`` (r: a row's cost in edges); dense ``rows * sum_l in_l out_l * c_dense``;
+* aggregation ``(m + r (n_dst + n_src) / 2) * sum_l 2 a_l * c_agg`` (r: a row's cost in edges;
+  forward writes n_dst rows, backward n_src): n each under ``replicas``; under ``root`` only the
+  roots and the leaves with local in-edges (n_dst) or out-edges (n_src) (the compact tables,
+  fractions carried by the replication law); dense ``rows * sum_l in_l out_l * c_dense``;
 * layers that aggregate: all, except layer 0 when its input aggregate is cached (cd-0, or P = 1);
 * cd-0: per layer, forward and backward, two Alltoallv of L a_l 4 bytes per rank, plus the copies
   around them (clone of [n, a_l], gather/scatter of 4 L a_l floats); under ``root`` the same two
@@ -90,8 +93,12 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
     cached = cdr_rule.input_cache and parts > 1
     widths = model.aggregated_widths(graph, algo, parts, cached)
     shared = min(parts, ranks_per_node) > 1
-    aggregate = (m + costs.agg_row_per_edge * n) * model.agg_units(graph, algo, parts, cached) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
     rows = graph.num_nodes / parts if apply == "root" else n
+    kernel_rows = n  # rows the kernel writes, the mean of forward and backward
+    if apply == "root" and parts > 1:
+        balance = law.vertex_balance
+        kernel_rows = (rows + leaves * (law.leaf_in_fraction + law.leaf_out_fraction) / 2) * balance
+    aggregate = (m + costs.agg_row_per_edge * kernel_rows) * model.agg_units(graph, algo, parts, cached) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
     # rows per root whose layer-0 dense work a recompute rule adds (leaves read no copy of them)
     recomputed = 0.0
     if cdr_rule.recompute and not fresh_copies and parts > 1 and model.layers >= 2:

@@ -4,6 +4,11 @@ The law is fitted by least squares on log(RF - 1) against log(P - 1) over measur
 has RF = 1 exactly). Extrapolation to P = 128 is the law's job; its residuals on the fitted points
 are reported, not hidden. Balance (largest part over the mean) is carried as the largest measured
 value (Libra and HDRF balance edges to within a few percent).
+
+The law also carries which leaves carry rows at the root (docs/design.md#compact-rows): the
+fraction of leaf replicas with local in-edges (their partials are written) and with local
+out-edges (their source rows are read), measured at the largest P partitioned and held there
+(both fall as P grows, so the rows are overcounted, not under); 1 where not measured.
 """
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ class ReplicationLaw:
     vertex_balance: float = 1.0   #: max / mean vertices (replicas) per part
     residuals: tuple[float, ...] = ()  #: relative errors (fitted - measured) / measured, per P
     fitted_parts: tuple[int, ...] = ()
+    leaf_in_fraction: float = 1.0      #: leaves with local in-edges / leaves
+    leaf_out_fraction: float = 1.0     #: leaves with local out-edges / leaves
 
     def __call__(self, parts: int | np.ndarray) -> np.ndarray | float:
         p = np.asarray(parts, dtype=float)
@@ -41,7 +48,9 @@ class ReplicationLaw:
     def from_dict(cls, d: dict) -> "ReplicationLaw":
         return cls(a=d["a"], b=d["b"], edge_balance=d.get("edge_balance", 1.0),
                    vertex_balance=d.get("vertex_balance", 1.0), residuals=tuple(d.get("residuals", ())),
-                   fitted_parts=tuple(d.get("fitted_parts", ())))
+                   fitted_parts=tuple(d.get("fitted_parts", ())),
+                   leaf_in_fraction=d.get("leaf_in_fraction", 1.0),
+                   leaf_out_fraction=d.get("leaf_out_fraction", 1.0))
 
 
 def fit_replication(parts: list[int], rf: list[float], edge_balance: list[float] | None = None,
@@ -60,3 +69,26 @@ def fit_replication(parts: list[int], rf: list[float], edge_balance: list[float]
                          fitted_parts=tuple(int(v) for v in p[keep]))
     law.residuals = tuple(float((law(int(pp)) - rr) / rr) for pp, rr in zip(p[keep], r[keep]))
     return law
+
+
+def leaf_edge_fractions(indptr: np.ndarray, indices: np.ndarray, edge_part: np.ndarray,
+                        root: np.ndarray) -> tuple[float, float]:
+    """Of a vertex cut's leaf replicas (every (part, vertex) pair holding an edge of the vertex,
+    but not its root), the fractions with a local in-edge and with a local out-edge.
+
+    ``indptr`` int64 [N + 1] and ``indices`` [E]: the graph by destination (store order);
+    ``edge_part`` [E]: each edge's part in that order; ``root`` [N]: each vertex's root part."""
+    n = len(indptr) - 1
+    parts = int(edge_part.max()) + 1 if len(edge_part) else 1
+    dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    part = edge_part.astype(np.int64)
+    has_in = np.unique(part * n + dst)
+    has_out = np.unique(part * n + indices.astype(np.int64))
+    replicas = np.union1d(has_in, has_out)
+    roots = np.asarray(root, dtype=np.int64) * n + np.arange(n, dtype=np.int64)
+    leaves = len(replicas) - len(np.intersect1d(replicas, roots, assume_unique=True))
+    if leaves == 0 or parts == 1:
+        return 1.0, 1.0
+    leaf_in = len(has_in) - len(np.intersect1d(has_in, roots, assume_unique=True))
+    leaf_out = len(has_out) - len(np.intersect1d(has_out, roots, assume_unique=True))
+    return leaf_in / leaves, leaf_out / leaves

@@ -13,6 +13,8 @@ starting ``distgnn train`` (it reads only attributes: no array is loaded). Compo
   of feat, float32 [n_k, F], and for 0c and cd-r at P > 1 with layer 0 aggregating first their
   own kept layer-0 aggregate, one more [n_k, F];
 * ``graph``: CSR and its transpose (int64 indptr, int32 indices), ids, degrees, communication plans;
+  under apply-at-root at P > 1 a second CSR and transpose over the compact tables, with their
+  row ids and position maps (docs/design.md#compact-rows);
 * ``activations``: tensors autograd keeps between forward and backward (ReLU output and dropout
   output of every hidden layer, the logits) plus the working set of the widest layer (its local
   aggregate, exchanged total, scaled mean, both linear outputs and, in backward, their gradients);
@@ -23,8 +25,9 @@ starting ``distgnn train`` (it reads only attributes: no array is loaded). Compo
 
 Under apply-at-root (``apply`` resolving to ``root``) the dense rows are the part's roots: the input
 cache, the saved activations and the widest layer's working set count n_roots rows, while the
-features count all n_k rows. The kernel's n_k-row source table and partials live only inside one
-aggregation and do not raise the peak: counting them overestimates the root mode's peak. GAT
+features count all n_k rows. The kernel's source table and partials (compact: n_src and n_dst
+rows) live only inside one aggregation and do not raise the peak: counting them overestimates the
+root mode's peak. GAT
 keeps an n_k-row working set (its partials m, s, q are as wide as its rows).
 
 Calibrated against measured ``peak_rss_bytes`` (``bench/full_size.py`` prints the ratio; the fits
@@ -146,6 +149,10 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int
     features = (n + dense * (int(input_cache) + int(kept))) * shape.feat_dim * f32 + label + 4 * n
     plans = 2 * shape.num_leaves * i64 if shape.num_parts > 1 else 0
     graph = 2 * (n + 1) * i64 + 2 * m * i32 + 2 * n * i64 + 2 * n * f32 + plans
+    if at_root and shape.num_parts > 1:
+        # the compact tables' CSR and transpose and their position maps (an upper bound: where
+        # every row has both kinds of edges they share the stored arrays)
+        graph += 2 * (n + 1) * i64 + 2 * m * i32 + 4 * n * i64
     saved = (sum(SAVED_PER_HIDDEN_LAYER * o for _, o, _ in widths[:-1]) + 2 * shape.num_classes
              + spec.extra_activations(widths, hidden))
     working = max(WORKING_SET_TENSORS * max(a, o) for _, o, a in widths)
