@@ -8,7 +8,9 @@ rank, ``DISTGNN_TILES=off`` (the tiling choice is timed, so it could change the 
 cd-0, cd-5, 0c and GAT cd-5 (``--model gat --heads 2``) under their default apply mode, plus the
 replicas mode's cd-5 and cd-5-orig, cd-5 ``--fresh-copies``, and shorter delays (cd-2, cd-3) with
 GAT, GCN, GIN, bf16 and without the input cache, whose deliveries start within a few epochs (run
-``--epochs 12`` to see every cd-r rule deliver). Every epoch's loss is written with
+``--epochs 12`` to see every cd-r rule deliver), and the other cd-r rules at the root.
+``--partition DIR`` trains on an existing partition folder instead (e.g. a directed graph, whose
+leaves often lack local in- or out-edges). Every epoch's loss is written with
 ``repr`` precision; ``--compare`` prints each run's verdict and exits 1 unless every loss is equal
 bit for bit.
 """
@@ -41,6 +43,12 @@ RUNS: dict[str, list[str]] = {
     "gin-cd-2": ["--algo", "cd-2", "--model", "gin"],
     "cd-3-bf16": ["--algo", "cd-3", "--precision", "bf16"],
     "cd-2-no-input-cache": ["--algo", "cd-2", "--no-input-cache"],
+    "cd-3-delayed": ["--algo", "cd-3", "--cdr-rule", "delayed"],
+    "cd-3-warm": ["--algo", "cd-3", "--cdr-rule", "warm"],
+    "cd-2-present": ["--algo", "cd-2", "--cdr-rule", "present"],
+    "cd-2-warm-recompute-half": ["--algo", "cd-2", "--cdr-rule", "warm-recompute",
+                                 "--recompute-budget", "0.5"],
+    "gcn-cd-2-delayed": ["--algo", "cd-2", "--model", "gcn", "--cdr-rule", "delayed"],
 }
 
 
@@ -50,15 +58,21 @@ def run(cmd: list[str], env: dict[str, str]) -> None:
         sys.exit(f"failed: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
 
 
-def losses(work: Path, parts: int, epochs: int) -> dict[str, list[float]]:
+def losses(work: Path, parts: int, epochs: int, partdir: Path | None = None
+           ) -> dict[str, list[float]]:
     env = {**os.environ, "DISTGNN_TILES": "off", "OMPI_ALLOW_RUN_AS_ROOT": "1",
            "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMP_NUM_THREADS": "1"}
     exe = [sys.executable, "-m", "distgnn"]
-    run(exe + ["fetch", "synth-reddit", "--scale", "0.01", "--root", str(work), "--name", "g"], env)
-    store = work / "g" / "graph.zarr"
-    partdir = work / f"libra-{parts}"
-    run(exe + ["partition", str(store), "--parts", str(parts), "--method", "libra", "--out",
-               str(partdir)], env)
+    if partdir is None:
+        run(exe + ["fetch", "synth-reddit", "--scale", "0.01", "--root", str(work), "--name", "g"],
+            env)
+        partdir = work / f"libra-{parts}"
+        run(exe + ["partition", str(work / "g" / "graph.zarr"), "--parts", str(parts), "--method",
+                   "libra", "--out", str(partdir)], env)
+    else:
+        from distgnn.train.partition_data import read_num_parts
+
+        parts = read_num_parts(partdir)
     out: dict[str, list[float]] = {}
     for name, options in RUNS.items():
         run_dir = work / "runs" / name
@@ -78,9 +92,11 @@ def main() -> int:
     parser.add_argument("--compare", help="an earlier --out file: exit 1 unless every loss is equal")
     parser.add_argument("--parts", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--partition", type=Path,
+                        help="an existing partition folder to train on instead (its P is used)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="distgnn-fixed-") as tmp:
-        got = losses(Path(tmp), args.parts, args.epochs)
+        got = losses(Path(tmp), args.parts, args.epochs, args.partition)
     Path(args.out).write_text(json.dumps(got, indent=1) + "\n")
     if not args.compare:
         return 0
