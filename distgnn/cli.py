@@ -6,6 +6,7 @@ import faulthandler
 import importlib
 import signal
 import sys
+import textwrap
 
 from distgnn.errors import DistgnnError
 from distgnn.memory import fix_mmap_threshold
@@ -17,11 +18,28 @@ COMMANDS = ("fetch", "inspect", "partition", "verify", "train", "predict", "laun
             "scaling_model")
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Wraps help text at spaces only, so option names and design.md anchors (``--fresh-copies``,
+    ``docs/design.md#compact-rows``) are never split across lines."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose subcommand parsers use the same formatter."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="distgnn",
         description="Full-batch distributed GNN training on CPU clusters.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=Parser)
     for name in COMMANDS:
         importlib.import_module(f"distgnn.commands.{name}").register(sub)
     return parser

@@ -46,8 +46,9 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     add_threads_option(p, "threads per rank", d.threads, threads_default)
     p.add_argument("--precision", choices=PRECISIONS, default=d.precision,
-                   help="dense work (linear layers) in float32 or, opt-in, bfloat16; aggregation "
-                        "and exchange stay float32 (default: %(default)s)")
+                   help="fp32, or opt-in bf16: linear layers, gathered rows and the training "
+                        "exchange in bfloat16; sums, loss, Adam and evaluation stay float32 "
+                        "(docs/design.md#precision; default: %(default)s)")
     p.add_argument("--no-input-cache", action="store_true",
                    help="aggregate the input features every epoch instead of once at the start "
                         "(saves [n_k, F] float32 of memory per rank)")
