@@ -24,4 +24,4 @@ fi
 # started here and stopped on exit (the tests' own fixture starts it too when run alone).
 bash cluster/local-slurm.sh start
 trap 'bash cluster/local-slurm.sh stop' EXIT
-python -m pytest -q "$@"
+python -m pytest -q --durations=25 "$@"   # the 25 slowest tests listed at the end
