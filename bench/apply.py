@@ -118,7 +118,8 @@ def time_section(args, python: str, work: Path, say) -> bool:
 def memory_section(args, python: str, work: Path, say) -> None:
     from distgnn.data.fetch import fetch
     from distgnn.partition.assign import assign_graph
-    from distgnn.train.memory_estimate import PartShape, estimate_run_memory, estimate_shape
+    from distgnn.train.memory_estimate import (assignment_part_shapes, estimate_run_memory,
+                                                estimate_shape)
 
     graph = fetch(args.memory_dataset, root=work / "data", scale=args.memory_scale)
     peaks, estimates = {}, {}
@@ -148,19 +149,9 @@ def memory_section(args, python: str, work: Path, say) -> None:
     out = work / "parts" / f"{full.parent.name}-libra-2"
     if not (out / "assignment.zarr").exists():
         assign_graph(full, 2, "libra", 0, out, overwrite=True)
-    import zarr
-
-    a = dict(zarr.open_group(str(out / "assignment.zarr"), mode="r").attrs)
-    g = dict(zarr.open_group(str(full), mode="r").attrs)
-    totals = {}
-    for mode in MODES:
-        totals[mode] = [estimate_shape(PartShape(
-            n=int(a["part_vertices"][k]), m=int(a["part_edges"][k]), feat_dim=int(g["feat_dim"]),
-            num_classes=int(g["num_classes"]), multilabel=bool(g.get("multilabel", False)), num_parts=2,
-            num_leaves=int(a["part_vertices"][k] - a["part_roots"][k]),
-            num_split=int(a["part_vertices"][k] - a["part_roots"][k]) * 2,
-            num_roots=int(a["part_roots"][k])), args.layers, args.hidden, "cd-0", k,
-            apply=mode).total for k in range(2)]
+    shapes = assignment_part_shapes(out)
+    totals = {mode: [estimate_shape(shape, args.layers, args.hidden, "cd-0", k, apply=mode).total
+                     for k, shape in enumerate(shapes)] for mode in MODES}
     budget = 24 * 2**30
     say("")
     say(f"Estimate for {full.parent.name} at P = 2 on one 24 GiB machine (from the assignment's "

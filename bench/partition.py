@@ -293,13 +293,15 @@ def main() -> None:
         print(f"outputs in {outputs}: raw write rate there {write_rate(outputs):.2f} GB/s "
               f"(1 GiB in 8 MiB files, no fsync)", flush=True)
         import shutil
+
+        from distgnn.zarr_io import store_bytes
         written: dict[str, tuple[dict, int]] = {}
         for _ in range(args.whole_repeats):  # alternating; the fastest of each kept
             for kind, name in (("ours-whole", "ours-16"), ("dgl-whole", "dgl-whole")):
                 shutil.rmtree(outputs / name, ignore_errors=True)  # neither side pays for removal
                 res = run_child(kind, str(graph), 16, threads, str(outputs / name), threads=threads)
                 if kind not in written or res["seconds"] < written[kind][0]["seconds"]:
-                    written[kind] = (res, folder_bytes(outputs / name))
+                    written[kind] = (res, store_bytes(outputs / name))
                 shutil.rmtree(outputs / name, ignore_errors=True)  # room for the other (tmpfs)
         (ours, ours_bytes), (dgl, dgl_bytes) = written["ours-whole"], written["dgl-whole"]
         print(f"ours: {ours['seconds']:.1f} s (assign {ours['assign_seconds']:.1f} s), peak "
@@ -322,10 +324,6 @@ def write_rate(folder: Path, total: int = 2 ** 30, block: int = 8 * 2 ** 20) -> 
     seconds = time.perf_counter() - start
     shutil.rmtree(probe)
     return total / seconds / 1e9
-
-
-def folder_bytes(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
 def products(graph: str, work: Path, threads: int) -> None:

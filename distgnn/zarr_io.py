@@ -161,6 +161,11 @@ def open_checked(path: str | os.PathLike, required: tuple[str, ...] = ()) -> zar
     return group
 
 
+def store_bytes(path: str | os.PathLike) -> int:
+    """Bytes of the files of a store (or any folder) on disk."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
 def array_names(group: zarr.Group) -> set[str]:
     """Paths (relative to ``group``, ``a/b`` for nested groups) of every array inside it."""
     return {name for name, member in group.members(max_depth=None) if isinstance(member, zarr.Array)}

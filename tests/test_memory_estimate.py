@@ -120,3 +120,80 @@ def test_recompute_counts_the_recomputed_leaf_rows():
     assert every.features - base.features == leaves * 2 * 602 * f32
     assert base.total < half.total < every.total
     assert estimate_shape(shape(), 3, 256, "cd-5", recompute=10.0).total == every.total
+
+
+@pytest.mark.parametrize("parts", [5, 150])
+def test_split_mask_is_two_or_more_replicas(parts: int) -> None:
+    import numpy as np
+
+    from distgnn.partition import layout
+
+    rng = np.random.default_rng(parts)
+    bits = rng.random((500, parts)) < rng.choice([0.0, 0.004, 0.02, 0.5], (500, 1))
+    words = np.zeros((500, layout.words(parts)), dtype=np.uint64)
+    for p in range(parts):
+        words[:, p // 64] |= bits[:, p].astype(np.uint64) << np.uint64(p % 64)
+    want = bits.sum(axis=1) >= 2
+    assert want.any() and (~want).any() and (bits.sum(axis=1) == 1).any()
+    assert np.array_equal(layout.split_mask(words, rows_per_chunk=64), want)
+    vertices, split = layout.part_vertex_counts(words, parts)
+    assert np.array_equal(vertices, bits.sum(axis=0))
+    assert np.array_equal(split, (bits & want[:, None]).sum(axis=0))
+
+
+@pytest.fixture(scope="module")
+def assigned(tmp_path_factory):
+    """A Libra assignment into 3 parts of a power-law graph, parts 0 and 2 built."""
+    from distgnn.partition.assign import assign_graph
+    from distgnn.partition.build import build_part
+    from partition_helpers import make_store
+
+    root = tmp_path_factory.mktemp("assigned")
+    graph = make_store(root, "powerlaw", n=400)
+    out = root / "libra-3"
+    assign_graph(graph, 3, "libra", 0, out)
+    for k in (0, 2):
+        build_part(out, k, threads=1)
+    return out
+
+
+def test_assignment_gives_the_built_parts_figures(assigned) -> None:
+    import zarr
+
+    from distgnn.train.memory_estimate import assignment_part_shapes, read_part_shape
+
+    shapes = assignment_part_shapes(assigned)
+    assert len(shapes) == 3 and all(s.num_leaves > 0 and s.num_split > s.num_leaves for s in shapes)
+    for k in (0, 2):
+        assert shapes[k] == read_part_shape(assigned, k)
+    # an assignment made before part_split was stored: counted from its replica bitsets
+    group = zarr.open_group(str(assigned / "assignment.zarr"), mode="r+")
+    saved = group.attrs["part_split"]
+    try:
+        del group.attrs["part_split"]
+        assert assignment_part_shapes(assigned) == shapes
+    finally:
+        group.attrs["part_split"] = saved
+
+
+def test_estimate_memory_cli_before_and_beside_built_parts(assigned, capsys) -> None:
+    import json
+
+    from distgnn import cli
+    from distgnn.train.memory_estimate import estimate_rank_memory
+    from distgnn.zarr_io import store_bytes
+
+    args = ["scaling-model", "estimate-memory", str(assigned), "--layers", "2", "--hidden", "16"]
+    assert cli.main(args + ["--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["built"] for r in rows] == ["yes", "no", "yes"]
+    assert rows[1]["disk_bytes"] is None
+    for k in (0, 2):
+        assert rows[k]["disk_bytes"] == store_bytes(assigned / f"part_{k}.zarr") > 0
+        assert rows[k]["estimate_bytes"] == estimate_rank_memory(assigned, k, 2, 16, "cd-0")
+    assert cli.main(args + ["--part", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "max over ranks" in text and "(part 1)" in text and len(text.splitlines()) == 4
+    assert cli.main(args + ["--part", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--part" in err and "0 <= K < 3" in err

@@ -4,7 +4,7 @@
         --feat F --classes C] [--layers 3 --hidden 256] [--parts 1 2 4 ... 128] [--algos cd-0 cd-5 0c]
         [--apply auto|root|replicas]
         [--network infiniband|measured] [--bandwidth-gbps B --latency-us L] [--compute-speedup S]
-    distgnn scaling-model estimate-memory PARTDIR --layers L --hidden H --algo A
+    distgnn scaling-model estimate-memory PARTDIR --layers L --hidden H --algo A [--part K] [--json]
 
 CAL.json (written by ``python -m bench.scaling``) holds the compute costs measured on one rank, the
 replication law fitted on P <= 16, and the network fitted to the MPI microbenchmark.
@@ -81,6 +81,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     me.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
     me.add_argument("--apply", choices=APPLY_MODES, default="auto",
                     help="as distgnn train --apply")
+    me.add_argument("--part", type=int, metavar="K",
+                    help="estimate part K alone (default: every part)")
+    me.add_argument("--json", action="store_true", help="print rows as JSON")
     me.set_defaults(func=run_memory)
 
 
@@ -171,13 +174,52 @@ def format_table(rows: list[dict], graph, law, net) -> str:
     return "\n".join(lines)
 
 
-def run_memory(args: argparse.Namespace) -> int:
-    from distgnn.train.memory_estimate import estimate_run_memory
+def memory_rows(args: argparse.Namespace) -> list[dict]:
+    """One row per part estimated: its counts, the estimate from the assignment's attributes and,
+    where the part is built, its size on disk (docs/design.md#memory-estimate)."""
+    import zarr
 
-    estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
-                                    input_cache=not args.no_input_cache, apply=args.apply,
-                                    model=args.model)
-    for e in estimates:
-        print(f"rank {e.k}: {e.total / 2**20:,.0f} MiB")
-    print(f"max over ranks: {max(e.total for e in estimates) / 2**20:,.0f} MiB")
+    from distgnn.partition import layout
+    from distgnn.partition.build import open_assignment
+    from distgnn.train.memory_estimate import assignment_part_shapes, estimate_shape
+    from distgnn.zarr_io import store_bytes
+
+    folder = Path(args.partdir)
+    shapes = assignment_part_shapes(folder)
+    checksum = open_assignment(folder)[1]["checksum"]
+    if args.part is not None and not 0 <= args.part < len(shapes):
+        raise DistgnnError(f"--part: expected 0 <= K < {len(shapes)}, got {args.part}")
+    rows = []
+    for k in [args.part] if args.part is not None else range(len(shapes)):
+        shape, path = shapes[k], folder / layout.part_name(k)
+        built = "no"
+        if path.exists():
+            attrs = dict(zarr.open_group(str(path), mode="r").attrs)
+            built = "yes" if attrs.get("assignment_checksum") == checksum else "stale"
+        estimate = estimate_shape(shape, args.layers, args.hidden, args.algo, k,
+                                  input_cache=not args.no_input_cache, apply=args.apply,
+                                  model=args.model)
+        rows.append({"part": k, "vertices": shape.n, "edges": shape.m, "roots": shape.num_roots,
+                     "split": shape.num_split, "estimate_bytes": estimate.total, "built": built,
+                     "disk_bytes": store_bytes(path) if built != "no" else None})
+    return rows
+
+
+def run_memory(args: argparse.Namespace) -> int:
+    rows = memory_rows(args)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    mib = 2 ** 20
+    print(f"{args.partdir}: per-rank peak memory estimated from assignment.zarr ({args.model}, "
+          f"{args.layers} x {args.hidden}, {args.algo}, --apply {args.apply}); 'on disk': a built "
+          f"part's store as measured")
+    print(f"{'part':>5} {'vertices':>13} {'edges':>15} {'roots':>13} {'split':>13} "
+          f"{'estimate MiB':>13} {'built':>6} {'on disk MiB':>12}")
+    for r in rows:
+        disk = "-" if r["disk_bytes"] is None else f"{r['disk_bytes'] / mib:,.1f}"
+        print(f"{r['part']:>5} {r['vertices']:>13,} {r['edges']:>15,} {r['roots']:>13,} "
+              f"{r['split']:>13,} {r['estimate_bytes'] / mib:>13,.0f} {r['built']:>6} {disk:>12}")
+    top = max(rows, key=lambda r: r["estimate_bytes"])
+    print(f"max over ranks: {top['estimate_bytes'] / mib:,.0f} MiB (part {top['part']})")
     return 0

@@ -12,7 +12,10 @@ writes ``<DIR>/assignment.zarr``; :func:`~distgnn.partition.build.build_part` wr
     holding v's root. Attrs: P, method, seed, order, root_rule (``balance`` or ``in-edges``, see
     :func:`~distgnn.partition.assign.compute_assignment`), graph (path), store, graph_checksum,
     num_nodes, num_edges, quality figures (see :mod:`distgnn.partition.quality`) and per-part
-    counts.
+    counts, lists of P: ``part_edges``, ``part_vertices``, ``part_roots``, ``part_train_roots``,
+    ``part_split`` (each part's m_k, n_k, num_roots, training roots, num_split: enough to estimate
+    a rank's memory before any part is built; assignments made before ``part_split`` have it
+    counted from ``replicas``).
 
 ``part_<k>.zarr`` (ids local unless named global)
     Local numbering (attr ``layout_version`` 2): the part's roots first (local ids ``[0, n_roots)``,

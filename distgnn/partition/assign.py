@@ -30,6 +30,7 @@ class Assignment:
         root: int32 [N], partition of each vertex's root.
         edges, vertices, roots, train_roots: int64 [P] per-part counts.
         root_local_edges: edges held by the partition of their destination's root.
+        split: int64 [P], per part its vertices with replicas on other parts too.
     """
 
     edge_part: np.ndarray
@@ -40,6 +41,7 @@ class Assignment:
     roots: np.ndarray
     train_roots: np.ndarray
     root_local_edges: int
+    split: np.ndarray
 
 
 def check_request(num_nodes: int, parts: int, method: str) -> None:
@@ -99,9 +101,9 @@ def compute_assignment(indptr: np.ndarray, indices: np.ndarray, parts: int, meth
     _native.partition_roots(bits, parts, train, seed & (2**64 - 1), root, roots, train_roots, prefer)
     del prefer
     replicas = bits.reshape(n, layout.words(parts))
-    vertices = np.array([len(layout.members(replicas, k)) for k in range(parts)], dtype=np.int64)
+    vertices, split = layout.part_vertex_counts(replicas, parts)
     return Assignment(edge_part, replicas, root, edges, vertices, roots, train_roots,
-                      root_local_edges(indptr, edge_part, root))
+                      root_local_edges(indptr, edge_part, root), split)
 
 
 def root_local_edges(indptr: np.ndarray, edge_part: np.ndarray, root: np.ndarray,
@@ -163,6 +165,7 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
             "num_train": int(train.sum()),
             "part_edges": result.edges.tolist(), "part_vertices": result.vertices.tolist(),
             "part_roots": result.roots.tolist(), "part_train_roots": result.train_roots.tolist(),
+            "part_split": result.split.tolist(),
             **quality(n, result.edges, result.vertices, result.roots, result.train_roots,
                       result.root_local_edges),
         }

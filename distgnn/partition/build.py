@@ -234,7 +234,7 @@ class PartWriter:
             "num_nodes": inp.attrs["num_nodes"], "num_edges": inp.attrs["num_edges"],
             "n_k": n_k, "m_k": m_k,
             "num_roots": int(is_root.sum()), "num_leaves": int(n_k - is_root.sum()),
-            "num_split": int(np.count_nonzero(layout.replica_counts(inp.replicas[l2g]) > 1)),
+            "num_split": int(np.count_nonzero(layout.split_mask(inp.replicas[l2g]))),
             "num_train": self.counts["train"], "num_val": self.counts["val"],
             "num_test": self.counts["test"],
             "feat_dim": inp.store.attrs["feat_dim"], "num_classes": inp.store.attrs["num_classes"],

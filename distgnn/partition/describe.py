@@ -39,7 +39,8 @@ def describe_partition(folder: str | Path) -> str:
              f"{'split':>12} {'partials out':>13} {'rows in':>12} {'built':>6} {'order':>11}"]
     for k in range(attrs["P"]):
         path = folder / layout.part_name(k)
-        split, sent, received, built, order = "-", "-", "-", "no", "-"
+        split = f"{attrs['part_split'][k]:,}" if "part_split" in attrs else "-"
+        sent, received, built, order = "-", "-", "no", "-"
         if path.exists():
             group = zarr.open_group(str(path), mode="r")
             part = dict(group.attrs)

@@ -59,20 +59,50 @@ def words(parts: int) -> int:
     return (parts + 63) // 64
 
 
+def on_part(replicas: np.ndarray, k: int) -> np.ndarray:
+    """bool [N]: the vertices with a replica on partition ``k``."""
+    word = replicas[:, k // 64]
+    return ((word >> np.uint64(k % 64)) & np.uint64(1)).astype(bool)
+
+
 def members(replicas: np.ndarray, k: int) -> np.ndarray:
     """Global ids (int64, ascending) of the vertices with a replica on partition ``k``."""
-    word = replicas[:, k // 64]
-    return np.flatnonzero((word >> np.uint64(k % 64)) & np.uint64(1)).astype(np.int64)
+    return np.flatnonzero(on_part(replicas, k)).astype(np.int64)
 
 
-def replica_counts(replicas: np.ndarray) -> np.ndarray:
-    """Replicas per vertex (int64 [N]) from the bitsets [N, W]."""
-    counts = np.zeros(replicas.shape[0], dtype=np.int64)
-    as_bytes = np.ascontiguousarray(replicas).view(np.uint8).reshape(replicas.shape[0], 8 * replicas.shape[1])
-    table = np.array([bin(i).count("1") for i in range(256)], dtype=np.int64)
-    for col in range(as_bytes.shape[1]):
-        counts += table[as_bytes[:, col]]
-    return counts
+def split_mask(replicas: np.ndarray, rows_per_chunk: int = 1 << 22) -> np.ndarray:
+    """bool [N]: the vertices with replicas on two or more partitions, from the bitsets [N, W]
+    (an array or a zarr array), read in row chunks so temporaries stay a few MB."""
+    n = replicas.shape[0]
+    out = np.empty(n, dtype=bool)
+    one = np.uint64(1)
+    for start in range(0, n, rows_per_chunk):
+        block = np.asarray(replicas[start:start + rows_per_chunk])
+        seen = np.zeros(len(block), dtype=bool)
+        split = np.zeros(len(block), dtype=bool)
+        for col in range(block.shape[1]):
+            word = block[:, col]
+            nonzero = word != 0
+            # two bits in one word (w & (w - 1) clears the lowest), or bits in two words
+            split |= ((word & (word - one)) != 0) | (seen & nonzero)
+            seen |= nonzero
+        out[start:start + len(block)] = split
+    return out
+
+
+def part_vertex_counts(replicas: np.ndarray, parts: int) -> tuple[np.ndarray, np.ndarray]:
+    """(vertices, split vertices), each int64 [parts]: per partition, the vertices with a replica
+    on it (a built part's ``n_k``) and those of them with replicas on other partitions too (its
+    ``num_split``)."""
+    bits = np.asarray(replicas)
+    split = split_mask(bits)
+    vertices = np.zeros(parts, dtype=np.int64)
+    split_vertices = np.zeros(parts, dtype=np.int64)
+    for k in range(parts):
+        on = on_part(bits, k)
+        vertices[k] = np.count_nonzero(on)
+        split_vertices[k] = np.count_nonzero(on & split)
+    return vertices, split_vertices
 
 
 def check_layout(path: Path | str, attrs: dict) -> None:

@@ -196,6 +196,41 @@ def read_part_shape(partdir: str | os.PathLike, k: int) -> PartShape:
         raise DistgnnError(f"{path}: attribute {exc} missing (rebuild the partition)") from None
 
 
+def assignment_part_shapes(partdir: str | os.PathLike) -> list[PartShape]:
+    """PartShape of every part of ``partdir`` from ``assignment.zarr``'s per-part counts and the
+    graph store's widths, before any part is built (docs/design.md#memory-estimate). An assignment
+    made before it stored ``part_split`` has it counted from its replica bitsets; the widths come
+    from a built part where the graph store has moved."""
+    import zarr
+
+    from distgnn.partition import layout
+    from distgnn.partition.build import open_assignment
+
+    group, a = open_assignment(Path(partdir))
+    parts = int(a["P"])
+    split = a.get("part_split")
+    if split is None:
+        split = layout.part_vertex_counts(group["replicas"], parts)[1].tolist()
+    widths = None
+    for path in [Path(a["graph"])] + [Path(partdir) / layout.part_name(k) for k in range(parts)]:
+        if path.exists():
+            widths = dict(zarr.open_group(str(path), mode="r").attrs)
+            break
+    if widths is None:
+        raise DistgnnError(f"{a['graph']}: missing graph store (the assignment's graph; its widths "
+                           f"are needed when no part of {partdir} is built)")
+    try:
+        return [PartShape(n=int(a["part_vertices"][k]), m=int(a["part_edges"][k]),
+                          feat_dim=int(widths["feat_dim"]), num_classes=int(widths["num_classes"]),
+                          multilabel=bool(widths.get("multilabel", False)), num_parts=parts,
+                          num_leaves=int(a["part_vertices"][k] - a["part_roots"][k]),
+                          num_split=int(split[k]), num_roots=int(a["part_roots"][k]))
+                for k in range(parts)]
+    except KeyError as exc:
+        raise DistgnnError(f"{Path(partdir) / layout.ASSIGNMENT}: attribute {exc} missing "
+                           f"(reassign the partition)") from None
+
+
 def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden: int, algo: str,
                          baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
                          apply: str = "auto", model: str = "sage", recompute: float = 0.0,
