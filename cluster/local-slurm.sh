@@ -21,24 +21,9 @@ SLURMD_PID=/run/slurmd.pid
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
-log() { echo "local-slurm: $*" >&2; }
-
-pid_alive() {  # pid_alive PIDFILE: true if the file names a live process
-  [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
-}
-
-install_packages() {
-  local missing=()
-  # Open MPI first: it brings libpmix2, which slurmd's mpi/pmix plugin loads when it starts.
-  for pkg in openmpi-bin libopenmpi-dev munge slurm-wlm; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    log "apt-get install ${missing[*]}"
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-  fi
-}
+LOG_NAME=local-slurm
+# shellcheck source=cluster/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 write_conf() {
   local host node_line mem
@@ -53,29 +38,14 @@ write_conf() {
 # Written by cluster/local-slurm.sh: a one-node test cluster (no systemd, no cgroups, no accounting).
 ClusterName=distgnn-local
 SlurmctldHost=$host
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-MpiDefault=pmix
-ProctrackType=proctrack/linuxproc
+$(slurm_common_conf)
 TaskPlugin=task/affinity
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
-# One rank that dies ends the whole step instead of leaving the others blocked in a collective.
-KillOnBadExit=1
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldPidFile=$CTLD_PID
 SlurmdPidFile=$SLURMD_PID
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
-SchedulerType=sched/backfill
-InactiveLimit=0
-MinJobAge=300
-KillWait=5
 $node_line
 PartitionName=$PARTITION Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
@@ -113,7 +83,7 @@ wait_idle() {
 }
 
 start() {
-  install_packages
+  install_packages "${SLURM_PACKAGES[@]}"
   if pid_alive "$CTLD_PID" && pid_alive "$SLURMD_PID" && pid_alive "$MUNGE_PID"; then
     wait_idle && { log "already running"; return 0; }
   fi
@@ -126,20 +96,6 @@ start() {
   pid_alive "$SLURMD_PID" || $SUDO /usr/sbin/slurmd
   wait_idle
   log "running: $(sinfo -h -o '%P %D %c %t' | head -n1)"
-}
-
-stop_pidfile() {  # stop_pidfile NAME PIDFILE
-  local pid
-  pid_alive "$2" || { $SUDO rm -f "$2"; return 0; }
-  pid=$(cat "$2")
-  $SUDO kill "$pid"
-  for _ in $(seq 1 50); do
-    kill -0 "$pid" 2>/dev/null || { $SUDO rm -f "$2"; return 0; }
-    sleep 0.1
-  done
-  log "$1 (pid $pid) ignored SIGTERM; sending SIGKILL"
-  $SUDO kill -9 "$pid" 2>/dev/null || true
-  $SUDO rm -f "$2"
 }
 
 stop() {

@@ -91,6 +91,18 @@ def local_slurm():
         subprocess.run(["bash", str(script), "stop"], check=True, timeout=60)
 
 
+@pytest.fixture(scope="session")
+def multihost():
+    """The emulated two-host cluster of cluster/multihost.sh, started for the session (unless it
+    runs already, as scripts/test.sh starts it) and stopped after."""
+    script = REPO / "cluster" / "multihost.sh"
+    was_running = subprocess.run(["bash", str(script), "status"], capture_output=True).returncode == 0
+    subprocess.run(["bash", str(script), "start", "--hosts", "2"], check=True, timeout=600)
+    yield
+    if not was_running:
+        subprocess.run(["bash", str(script), "stop"], check=True, timeout=60)
+
+
 def partitioned_twin(root: Path, parts: int, scale: float = 0.002, method: str = "libra",
                      seed: int = 0) -> tuple[Path, Path]:
     """Fetch synth-reddit at ``scale`` under ``root`` and partition it with the CLI; returns

@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# An emulated cluster of N hosts on this machine, for tests and demos (Debian/Ubuntu, as root):
+# each host a Linux network namespace with its own address, hostname, /etc/hosts and node-local
+# /scratch, all on one bridge; one slurmctld on its own host, one slurmd per host, one munged.
+# How and why: docs/design.md#multihost (and what was measured here: ../shared/notes/multihost.md).
+#
+#   cluster/multihost.sh start [--hosts N] [--rate R]   start (idempotent; N default 2, at most 200;
+#                                                   R: every link's rate, tc syntax, e.g. 1gbit)
+#   cluster/multihost.sh stop                       end what start started (PID files, namespaces)
+#   cluster/multihost.sh status                     each daemon, each host's link, and sinfo
+#   cluster/multihost.sh link HOST down|up          cut a host off the bridge, or reconnect it
+#   cluster/multihost.sh link HOST rate R|off       shape its link both ways (tbf), or unshape it
+#   cluster/multihost.sh exec HOST CMD...           run CMD on a host (or on the controller, mhctl)
+#                                                   with SLURM_CONF set: sinfo, sbatch, srun ...
+#   cluster/multihost.sh env                        print the shell variables the cluster uses
+#
+# Hosts are mh1..mhN at SUBNET.11.., the controller mhctl at SUBNET.1 (SUBNET default 10.77.0).
+# All state (slurm.conf, munge key and socket, spools, logs, PID files) lives under MULTIHOST_DIR
+# (default /tmp/distgnn-multihost); nothing in /etc is written, so it runs beside
+# cluster/local-slurm.sh. Every folder outside MULTIHOST_DIR is shared by all hosts, as a cluster's
+# network filesystem is; MULTIHOST_SCRATCH (default /scratch) is each host's own tmpfs
+# (MULTIHOST_SCRATCH_MB, default 256). Open MPI between hosts: TCP on the bridge (the btl and
+# interface variables `env` prints; shared memory needs one host).
+set -euo pipefail
+
+STATE=${MULTIHOST_DIR:-/tmp/distgnn-multihost}
+SUBNET=${MULTIHOST_SUBNET:-10.77.0}
+SCRATCH=${MULTIHOST_SCRATCH:-/scratch}
+SCRATCH_MB=${MULTIHOST_SCRATCH_MB:-256}
+PREFIX=dgmh                       # namespaces dgmh-sw (the bridge), dgmh-mhctl, dgmh-mh1 ...
+CONF="$STATE/slurm.conf"
+MUNGE_SOCKET="$STATE/munge/munge.socket"
+SUDO=""
+LOG_NAME=multihost
+# shellcheck source=cluster/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+hosts_of() {  # the hosts of the running (or last written) cluster, one per line
+  [ -f "$STATE/hosts.list" ] && cat "$STATE/hosts.list"
+}
+address() {  # address HOST
+  if [ "$1" = mhctl ]; then echo "$SUBNET.1"; else echo "$SUBNET.$((10 + ${1#mh}))"; fi
+}
+ctld_pid() { echo "$STATE/run/slurmctld.pid"; }
+slurmd_pid() { echo "$STATE/run/slurmd-$1.pid"; }
+anchor_pid() {  # anchor_pid HOST: the daemon whose namespaces are the host's
+  if [ "$1" = mhctl ]; then ctld_pid; else slurmd_pid "$1"; fi
+}
+
+in_host() {  # in_host HOST CMD...: run CMD in the host's network, hostname and mount namespaces
+  local pidfile
+  pidfile=$(anchor_pid "$1")
+  pid_alive "$pidfile" || { log "$1: not running (cluster/multihost.sh start)"; return 1; }
+  shift
+  # shellcheck disable=SC2046  # mpi_env's words are separate variables
+  nsenter --target "$(cat "$pidfile")" --net --uts --mount --wd="$PWD" \
+    env SLURM_CONF="$CONF" $(mpi_env) "$@"
+}
+
+mpi_env() {  # Open MPI over TCP on the bridge only
+  echo "OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=$SUBNET.0/24" \
+       "OMPI_MCA_oob_tcp_if_include=$SUBNET.0/24 PMIX_MCA_ptl_tcp_if_include=$SUBNET.0/24"
+}
+
+write_conf() {  # write_conf HOST...
+  local cpus
+  cpus=$(nproc)
+  mkdir -p "$STATE"/{etc,run,log,spool/ctld,spool/slurmd,munge}
+  chmod 700 "$STATE/munge"
+  {
+    echo "127.0.0.1 localhost"
+    echo "$(address mhctl) mhctl"
+    for h in "$@"; do echo "$(address "$h") $h"; done
+  } > "$STATE/etc/hosts"
+  cat > "$CONF.tmp" <<EOF
+# Written by cluster/multihost.sh: an emulated cluster of $# hosts (network namespaces).
+ClusterName=distgnn-multihost
+SlurmctldHost=mhctl($(address mhctl))
+AuthInfo=socket=$MUNGE_SOCKET
+$(slurm_common_conf)
+TaskPlugin=task/none
+StateSaveLocation=$STATE/spool/ctld
+SlurmdSpoolDir=$STATE/spool/slurmd/%n
+SlurmctldPidFile=$(ctld_pid)
+SlurmdPidFile=$STATE/run/slurmd-%n.pid
+SlurmctldLogFile=$STATE/log/slurmctld.log
+SlurmdLogFile=$STATE/log/slurmd-%n.log
+# each host's own: PMIx's per-step folders would collide in a /tmp every host shares
+TmpFS=$SCRATCH
+# a host cut off is DOWN within about 20 s (the tests' bound), its jobs requeued
+SlurmdTimeout=15
+MessageTimeout=5
+EOF
+  for h in "$@"; do
+    echo "NodeName=$h NodeAddr=$(address "$h") CPUs=$cpus RealMemory=1024 State=UNKNOWN" >> "$CONF.tmp"
+  done
+  echo "PartitionName=hosts Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$CONF.tmp"
+  echo "PMIxCliTmpDirBase=$SCRATCH" > "$STATE/mpi.conf"
+  for h in "$@"; do mkdir -p "$STATE/spool/slurmd/$h"; done
+  mv "$CONF.tmp" "$CONF"
+  printf '%s\n' "$@" > "$STATE/hosts.list"
+}
+
+start_munge() {
+  pid_alive "$STATE/munge/munged.pid" && return 0
+  [ -s "$STATE/munge/munge.key" ] || mungekey --create --keyfile="$STATE/munge/munge.key"
+  chmod 400 "$STATE/munge/munge.key"
+  munged --force --socket="$MUNGE_SOCKET" --key-file="$STATE/munge/munge.key" \
+    --pid-file="$STATE/munge/munged.pid" --log-file="$STATE/log/munged.log" \
+    --seed-file="$STATE/munge/munged.seed"
+}
+
+add_link() {  # add_link HOST: its namespace, a veth pair to the bridge, its address
+  local ns="$PREFIX-$1" veth="v-$1"
+  [ -e "/run/netns/$ns" ] || ip netns add "$ns"
+  if ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then
+    ip link add "$veth" netns "$PREFIX-sw" type veth peer name eth0 netns "$ns"
+    ip -n "$PREFIX-sw" link set "$veth" master br0 up
+    ip -n "$ns" addr add "$(address "$1")/24" dev eth0
+  fi
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set eth0 up
+}
+
+shape() {  # shape HOST RATE|off: tbf on both ends of the host's link (tbf shapes egress only)
+  local ns="$PREFIX-$1" veth="v-$1"
+  if [ "$2" = off ]; then
+    tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
+    tc -n "$PREFIX-sw" qdisc del dev "$veth" root 2>/dev/null || true
+  else
+    tc -n "$ns" qdisc replace dev eth0 root tbf rate "$2" burst 256kb latency 50ms
+    tc -n "$PREFIX-sw" qdisc replace dev "$veth" root tbf rate "$2" burst 256kb latency 50ms
+  fi
+}
+
+launch_in_host() {  # launch_in_host HOST CMD...: the daemon CMD in new hostname and mount
+  # namespaces inside the host's network namespace (/etc/hosts bound, /scratch its own tmpfs)
+  local host=$1
+  shift
+  nsenter --net="/run/netns/$PREFIX-$host" \
+    unshare --uts --mount --propagation private sh -c '
+      set -e
+      hostname "$1"; mount --bind "$2" /etc/hosts
+      if [ "$1" != mhctl ]; then mount -t tmpfs -o "size=$4m" tmpfs "$3"; fi
+      shift 4; exec "$@"' sh "$host" "$STATE/etc/hosts" "$SCRATCH" "$SCRATCH_MB" "$@"
+}
+
+wait_idle() {  # wait_idle N: until N hosts are idle (or 60 s)
+  local idle=0
+  for _ in $(seq 1 120); do
+    idle=$(in_host mhctl sinfo -h -N -o '%N %t' 2>/dev/null | grep -c -E ' (idle|mix|alloc)$' || true)
+    [ "$idle" -ge "$1" ] && return 0
+    in_host mhctl scontrol update NodeName=ALL State=RESUME >/dev/null 2>&1 || true
+    sleep 0.5
+  done
+  log "only $idle of $1 hosts became idle; logs in $STATE/log"
+  tail -n 15 "$STATE"/log/slurmctld.log "$STATE"/log/slurmd-*.log >&2 || true
+  return 1
+}
+
+start() {
+  local n=2 rate=""
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --hosts) n=$2; shift 2 ;;
+      --rate) rate=$2; shift 2 ;;
+      *) log "start: unknown option '$1' (expected --hosts N, --rate R)"; return 2 ;;
+    esac
+  done
+  [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || {
+    log "--hosts: expected 1 to 200, got '$n'"; return 2; }
+  [ "$(id -u)" = 0 ] || { log "needs root (network namespaces, mounts)"; return 2; }
+  install_packages "${SLURM_PACKAGES[@]}" iproute2
+  local hosts=() running=1
+  for i in $(seq 1 "$n"); do hosts+=("mh$i"); done
+  if [ "$(hosts_of | tr '\n' ' ')" != "${hosts[*]} " ]; then running=0; fi
+  for h in mhctl "${hosts[@]}"; do pid_alive "$(anchor_pid "$h")" || running=0; done
+  if [ $running = 1 ] && pid_alive "$STATE/munge/munged.pid"; then
+    [ -z "$rate" ] || for h in "${hosts[@]}"; do shape "$h" "$rate"; done
+    wait_idle "$n" && { log "already running: ${hosts[*]}"; return 0; }
+  fi
+  stop >/dev/null 2>&1 || true
+  mkdir -p "$SCRATCH"
+  write_conf "${hosts[@]}"
+  start_munge
+  [ -e "/run/netns/$PREFIX-sw" ] || ip netns add "$PREFIX-sw"
+  ip -n "$PREFIX-sw" link show br0 >/dev/null 2>&1 || ip -n "$PREFIX-sw" link add br0 type bridge
+  ip -n "$PREFIX-sw" link set br0 up
+  for h in mhctl "${hosts[@]}"; do add_link "$h"; done
+  [ -z "$rate" ] || for h in "${hosts[@]}"; do shape "$h" "$rate"; done
+  launch_in_host mhctl slurmctld -c -f "$CONF"   # -c: no state of an earlier cluster
+  for h in "${hosts[@]}"; do launch_in_host "$h" slurmd -f "$CONF" -N "$h"; done
+  wait_idle "$n"
+  log "running: ${hosts[*]} (controller mhctl, state in $STATE)"
+}
+
+stop() {
+  local h
+  for h in $(hosts_of); do stop_pidfile "slurmd $h" "$(slurmd_pid "$h")"; done
+  stop_pidfile slurmctld "$(ctld_pid)"
+  stop_pidfile munged "$STATE/munge/munged.pid"
+  for ns in $(ip netns list | awk '{print $1}' | grep "^$PREFIX-" || true); do
+    ip netns del "$ns"
+  done
+  log "stopped"
+}
+
+status() {
+  local rc=0 h
+  if pid_alive "$STATE/munge/munged.pid"; then echo "munged: running (pid $(cat "$STATE/munge/munged.pid"))"
+  else echo "munged: stopped"; rc=3; fi
+  for h in mhctl $(hosts_of); do
+    local daemon=slurmd link
+    [ "$h" = mhctl ] && daemon=slurmctld
+    link=$(ip -n "$PREFIX-sw" -o link show "v-$h" 2>/dev/null | grep -o 'state [A-Z]*' || echo "state none")
+    if pid_alive "$(anchor_pid "$h")"; then
+      echo "$h ($(address "$h")): $daemon running (pid $(cat "$(anchor_pid "$h")")), link ${link#state }"
+    else echo "$h: $daemon stopped"; rc=3; fi
+  done
+  [ $rc = 0 ] && in_host mhctl sinfo -N
+  return $rc
+}
+
+link() {
+  local host=${1:-} what=${2:-}
+  hosts_of | grep -qx "$host" || { log "link: unknown host '$host' (hosts: $(hosts_of | tr '\n' ' '))"; return 2; }
+  case "$what" in
+    down|up) ip -n "$PREFIX-sw" link set "v-$host" "$what" ;;
+    rate) [ -n "${3:-}" ] || { log "link $host rate: expected a rate (e.g. 100mbit) or off"; return 2; }
+          shape "$host" "$3" ;;
+    *) log "link: expected HOST down|up|rate R|rate off"; return 2 ;;
+  esac
+}
+
+case "${1:-}" in
+  start) shift; start "$@" ;;
+  stop) stop ;;
+  status) status ;;
+  link) shift; link "$@" ;;
+  exec) shift; [ $# -ge 2 ] || { log "exec: expected HOST CMD..."; exit 2; }; in_host "$@" ;;
+  env) echo "SLURM_CONF=$CONF $(mpi_env)" ;;
+  *) echo "usage: $0 start [--hosts N] [--rate R]|stop|status|link HOST down|up|rate R|exec HOST CMD...|env" >&2
+     exit 2 ;;
+esac
