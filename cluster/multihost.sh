@@ -16,9 +16,10 @@
 #
 # Hosts are mh1..mhN at SUBNET.11.., the controller mhctl at SUBNET.1 (SUBNET default 10.77.0).
 # All state (slurm.conf, munge key and socket, spools, logs, PID files) lives under MULTIHOST_DIR
-# (default /tmp/distgnn-multihost); nothing in /etc is written, so it runs beside
-# cluster/local-slurm.sh. Every folder outside MULTIHOST_DIR is shared by all hosts, as a cluster's
-# network filesystem is; MULTIHOST_SCRATCH (default /scratch) is each host's own tmpfs
+# (default /tmp/distgnn-multihost); its etc/hosts and etc/slurm are bound over /etc/hosts and
+# /etc/slurm inside each host only (Slurm's clients in a job find the cluster as on a real node).
+# Nothing in /etc is written, so it runs beside cluster/local-slurm.sh. Every folder outside
+# MULTIHOST_DIR is shared by all hosts, as a cluster's network filesystem is; MULTIHOST_SCRATCH (default /scratch) is each host's own tmpfs
 # (MULTIHOST_SCRATCH_MB, default 256). Open MPI between hosts: TCP on the bridge (the btl and
 # interface variables `env` prints; shared memory needs one host).
 set -euo pipefail
@@ -28,7 +29,7 @@ SUBNET=${MULTIHOST_SUBNET:-10.77.0}
 SCRATCH=${MULTIHOST_SCRATCH:-/scratch}
 SCRATCH_MB=${MULTIHOST_SCRATCH_MB:-256}
 PREFIX=dgmh                       # namespaces dgmh-sw (the bridge), dgmh-mhctl, dgmh-mh1 ...
-CONF="$STATE/slurm.conf"
+CONF="$STATE/etc/slurm/slurm.conf"   # bound over /etc/slurm on every host
 MUNGE_SOCKET="$STATE/munge/munge.socket"
 SUDO=""
 LOG_NAME=multihost
@@ -63,9 +64,11 @@ mpi_env() {  # Open MPI over TCP on the bridge only
 }
 
 write_conf() {  # write_conf HOST...
-  local cpus
+  local cpus mem
   cpus=$(nproc)
-  mkdir -p "$STATE"/{etc,run,log,spool/ctld,spool/slurmd,munge}
+  # every host offers the machine's cores and 90% of its memory (they share them; no cgroups)
+  mem=$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.9)}' /proc/meminfo)
+  mkdir -p "$STATE"/{etc/slurm,run,log,spool/ctld,spool/slurmd,munge}
   chmod 700 "$STATE/munge"
   {
     echo "127.0.0.1 localhost"
@@ -92,10 +95,10 @@ SlurmdTimeout=15
 MessageTimeout=5
 EOF
   for h in "$@"; do
-    echo "NodeName=$h NodeAddr=$(address "$h") CPUs=$cpus RealMemory=1024 State=UNKNOWN" >> "$CONF.tmp"
+    echo "NodeName=$h NodeAddr=$(address "$h") CPUs=$cpus RealMemory=$mem State=UNKNOWN" >> "$CONF.tmp"
   done
   echo "PartitionName=hosts Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$CONF.tmp"
-  echo "PMIxCliTmpDirBase=$SCRATCH" > "$STATE/mpi.conf"
+  echo "PMIxCliTmpDirBase=$SCRATCH" > "$STATE/etc/slurm/mpi.conf"
   for h in "$@"; do mkdir -p "$STATE/spool/slurmd/$h"; done
   mv "$CONF.tmp" "$CONF"
   printf '%s\n' "$@" > "$STATE/hosts.list"
@@ -134,15 +137,16 @@ shape() {  # shape HOST RATE|off: tbf on both ends of the host's link (tbf shape
 }
 
 launch_in_host() {  # launch_in_host HOST CMD...: the daemon CMD in new hostname and mount
-  # namespaces inside the host's network namespace (/etc/hosts bound, /scratch its own tmpfs)
+  # namespaces inside the host's network namespace (its /etc/hosts and /etc/slurm bound over the
+  # machine's, /scratch its own tmpfs)
   local host=$1
   shift
   nsenter --net="/run/netns/$PREFIX-$host" \
     unshare --uts --mount --propagation private sh -c '
       set -e
-      hostname "$1"; mount --bind "$2" /etc/hosts
+      hostname "$1"; mount --bind "$2/hosts" /etc/hosts; mount --bind "$2/slurm" /etc/slurm
       if [ "$1" != mhctl ]; then mount -t tmpfs -o "size=$4m" tmpfs "$3"; fi
-      shift 4; exec "$@"' sh "$host" "$STATE/etc/hosts" "$SCRATCH" "$SCRATCH_MB" "$@"
+      shift 4; exec "$@"' sh "$host" "$STATE/etc" "$SCRATCH" "$SCRATCH_MB" "$@"
 }
 
 wait_idle() {  # wait_idle N: until N hosts are idle (or 60 s)
@@ -180,7 +184,7 @@ start() {
     wait_idle "$n" && { log "already running: ${hosts[*]}"; return 0; }
   fi
   stop >/dev/null 2>&1 || true
-  mkdir -p "$SCRATCH"
+  mkdir -p "$SCRATCH" /etc/slurm   # mount points (on each host: its tmpfs, and this cluster's conf)
   write_conf "${hosts[@]}"
   start_munge
   [ -e "/run/netns/$PREFIX-sw" ] || ip netns add "$PREFIX-sw"
@@ -196,7 +200,8 @@ start() {
 
 stop() {
   local h
-  for h in $(hosts_of); do stop_pidfile "slurmd $h" "$(slurmd_pid "$h")"; done
+  for h in $(hosts_of); do stop_pidfile "slurmd $h" "$(slurmd_pid "$h")" & done
+  wait
   stop_pidfile slurmctld "$(ctld_pid)"
   stop_pidfile munged "$STATE/munge/munged.pid"
   for ns in $(ip netns list | awk '{print $1}' | grep "^$PREFIX-" || true); do

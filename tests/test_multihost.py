@@ -3,6 +3,7 @@ over TCP on the bridge; links cut and shaped on demand (docs/design.md#multihost
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -11,19 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, mpiexec, partitioned_twin
 
 pytestmark = pytest.mark.multihost
 SCRIPT = REPO / "cluster" / "multihost.sh"
 HOSTS = {"mh1": "10.77.0.11", "mh2": "10.77.0.12"}
 
 
-def cluster(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-    """Run ``cluster/multihost.sh ARGS``."""
+def cluster(*args: str, timeout: float = 120, check: bool = True, cwd: Path = REPO,
+            env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``cluster/multihost.sh ARGS`` (in ``cwd``, with ``env`` added to this environment)."""
     proc = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+                          timeout=timeout, cwd=cwd, env={**os.environ, **(env or {})})
     if check:
-        assert proc.returncode == 0, proc.stderr
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     return proc
 
 
@@ -147,3 +149,39 @@ def test_link_down_cuts_a_host_off_and_up_brings_it_back(multihost) -> None:
         assert time.monotonic() < deadline, "mh2 unreachable after link up"
         time.sleep(0.2)
     assert cluster("link", "mh9", "down", check=False).returncode == 2
+
+
+def losses(run: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_launch_puts_one_rank_on_each_host(multihost, tmp_path) -> None:
+    _, partdir = partitioned_twin(tmp_path, 2)
+    common = ["--algo", "cd-0", "--epochs", "3", "--layers", "2", "--hidden", "16", "--quiet"]
+    cluster("exec", "mhctl", sys.executable, "-m", "distgnn", "launch", str(partdir),
+            "--executor", "slurm", "--preset", "multihost", "--log-dir", str(tmp_path / "logs"),
+            "--out", str(tmp_path / "hosts"), *common, timeout=600)
+    summary = json.loads((tmp_path / "hosts" / "summary.json").read_text())
+    assert summary["hosts_by_rank"] == ["mh1", "mh2"]
+    # the same run with both ranks on this host (shared memory): the same losses, bit for bit
+    local = mpiexec(2, "train", partdir, "--out", tmp_path / "local", "--threads", "1", *common)
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert losses(tmp_path / "hosts") == losses(tmp_path / "local")
+
+
+@pytest.mark.slow
+def test_snakemake_profile_trains_on_the_hosts(multihost, tmp_path) -> None:
+    from test_workflow import SLURM_TEST_OPTIONS, tiny, workdir
+
+    wd = workdir(tmp_path, tiny(partition={"parts": [2]}, train={"algos": ["cd-0"], "epochs": 2}))
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    proc = cluster("exec", "mhctl", sys.executable, "-m", "snakemake", "--profile",
+                   "cluster/multihost", *SLURM_TEST_OPTIONS, cwd=wd, env={"PATH": path},
+                   timeout=900)
+    out = proc.stdout + proc.stderr
+    # fetch, assign, two builds and the report were Slurm jobs on the hosts
+    assert out.count("has been submitted with SLURM jobid") == 5, out[-3000:]
+    run = wd / "runs/synth-reddit-x0.01/libra-2/cd-0"
+    assert json.loads((run / "summary.json").read_text())["hosts_by_rank"] == ["mh1", "mh2"]
+    assert (wd / "reports/synth-reddit-x0.01/summary.csv").exists()

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -138,13 +139,14 @@ class Trainer:
             figures.update(meter.evaluation(lambda: evaluate(ctx)))
         return loss, meter.record(epoch, loss, figures)
 
-    def _per_rank_figures(self) -> tuple[list, list, list] | None:
-        """(peak memory, huge-page bytes, tiling choices) by rank, on rank 0, while the part and
-        its caches are alive."""
+    def _per_rank_figures(self) -> tuple[list, list, list, list] | None:
+        """(peak memory, huge-page bytes, tiling choices, host name) by rank, on rank 0, while the
+        part and its caches are alive."""
         peaks = self.comm.gather(peak_rss_bytes())
         huge = self.comm.gather(huge_page_bytes())
         tiles = self.comm.gather(ops.tiling_report())
-        return None if self.comm.rank != 0 else (peaks, huge, tiles)
+        hosts = self.comm.gather(socket.gethostname())
+        return None if self.comm.rank != 0 else (peaks, huge, tiles, hosts)
 
     def _phase(self) -> str:
         """What this rank is doing now, for the hang watchdog's report."""
@@ -182,13 +184,14 @@ class Trainer:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    def _write_outputs(self, records: list[dict[str, Any]], per_rank: tuple[list, list, list]
+    def _write_outputs(self, records: list[dict[str, Any]], per_rank: tuple[list, list, list, list]
                        ) -> dict[str, Any]:
         """Rank 0, after every rank has stopped its watchdog: ``model.pt``, then
         ``summary.json`` (temporary name, then rename)."""
         ctx = self.ctx
-        peaks, huge, tiles = per_rank
+        peaks, huge, tiles, hosts = per_rank
         summary = run_summary(ctx, records)
+        summary["hosts_by_rank"] = hosts
         summary["peak_rss_bytes_by_rank"] = peaks
         summary["huge_pages"] = {"requested": self.config.huge_pages, "thp_mode": thp_mode(),
                                  "bytes_by_rank": huge}
