@@ -82,7 +82,8 @@ def interrupts_end_the_run(rank: int, run_dir_of: Callable[[], Path | None],
                            interrupted: Callable[[Path | None], str], command: str,
                            launcher_sigterm: bool) -> Iterator[threading.Event]:
     """Inside it, an interrupt ends the run in bounded time; yields the event the main thread sets
-    when it handles the interrupt itself. On leaving, the earlier signal set-up is restored.
+    when it handles the interrupt itself. On leaving, the earlier signal set-up is restored (the
+    watching thread stays blocked, as a daemon).
 
     Python runs a signal handler only between bytecodes, and a rank may be blocked inside MPI, so
     a thread waits on the signals' wake-up bytes. Ctrl-C (SIGINT) is the main thread's
@@ -113,7 +114,10 @@ def interrupts_end_the_run(rank: int, run_dir_of: Callable[[], Path | None],
 
     def watch() -> None:
         timer = None
-        while got := os.read(read_fd, 1):  # b"": the block was left
+        while True:
+            got = os.read(read_fd, 1)
+            if handled.is_set():
+                continue
             if got[0] == signal.SIGINT:
                 if timer is not None:
                     finish()  # a second Ctrl-C
@@ -125,15 +129,14 @@ def interrupts_end_the_run(rank: int, run_dir_of: Callable[[], Path | None],
                 if run_dir is not None and any(run_dir.glob(ABORT_MARKER.format(rank="*"))):
                     os._exit(1)
                 finish()
-        if timer is not None:
-            timer.cancel()
-        os.close(read_fd)
 
     threading.Thread(target=watch, name="distgnn-interrupt", daemon=True).start()
     try:
         yield handled
     finally:
+        # The thread is left blocked (never woken: a daemon thread that wakes while the
+        # interpreter finalizes is ended with pthread_exit, which aborted ranks in a full-suite
+        # run); no byte reaches it once the earlier set-up is back.
         handled.set()
         signal.set_wakeup_fd(earlier_fd)
         signal.signal(signal.SIGTERM, earlier_term)
-        os.close(write_fd)
