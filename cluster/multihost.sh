@@ -205,6 +205,8 @@ stop() {
   stop_pidfile slurmctld "$(ctld_pid)"
   stop_pidfile munged "$STATE/munge/munged.pid"
   for ns in $(ip netns list | awk '{print $1}' | grep "^$PREFIX-" || true); do
+    # what still runs on a host (job steps that outlived their slurmd) was started by the cluster
+    ip netns pids "$ns" | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns"
   done
   log "stopped"

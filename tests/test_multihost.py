@@ -156,7 +156,7 @@ def losses(run: Path) -> list[float]:
 
 
 @pytest.mark.slow
-def test_launch_puts_one_rank_on_each_host(multihost, tmp_path) -> None:
+def test_launch_puts_one_rank_on_each_host_and_stages_its_part(multihost, tmp_path) -> None:
     _, partdir = partitioned_twin(tmp_path, 2)
     common = ["--algo", "cd-0", "--epochs", "3", "--layers", "2", "--hidden", "16", "--quiet"]
     cluster("exec", "mhctl", sys.executable, "-m", "distgnn", "launch", str(partdir),
@@ -164,6 +164,9 @@ def test_launch_puts_one_rank_on_each_host(multihost, tmp_path) -> None:
             "--out", str(tmp_path / "hosts"), *common, timeout=600)
     summary = json.loads((tmp_path / "hosts" / "summary.json").read_text())
     assert summary["hosts_by_rank"] == ["mh1", "mh2"]
+    # the preset staged each part on its host's /scratch (stage_dir) and removed it after loading
+    assert summary["partition_dir"] == str(partdir.resolve())
+    assert srun("sh", "-c", "ls /scratch | grep -c ^distgnn- || true") == ["0", "0"]
     # the same run with both ranks on this host (shared memory): the same losses, bit for bit
     local = mpiexec(2, "train", partdir, "--out", tmp_path / "local", "--threads", "1", *common)
     assert local.returncode == 0, local.stderr[-2000:]
@@ -185,3 +188,18 @@ def test_snakemake_profile_trains_on_the_hosts(multihost, tmp_path) -> None:
     run = wd / "runs/synth-reddit-x0.01/libra-2/cd-0"
     assert json.loads((run / "summary.json").read_text())["hosts_by_rank"] == ["mh1", "mh2"]
     assert (wd / "reports/synth-reddit-x0.01/summary.csv").exists()
+
+
+@pytest.mark.slow
+def test_a_node_local_run_folder_is_refused_naming_the_hosts(multihost, tmp_path) -> None:
+    _, partdir = partitioned_twin(tmp_path, 2)
+    run = f"/scratch/run-{uuid.uuid4().hex}"  # the same path on both hosts, other contents
+    proc = cluster("exec", "mhctl", sys.executable, "-m", "distgnn", "launch", str(partdir),
+                   "--executor", "slurm", "--preset", "multihost", "--log-dir",
+                   str(tmp_path / "logs"), "--out", run, "--epochs", "2", "--quiet",
+                   timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert (f"--out {run}: not one folder for every rank: rank 1 (mh2) cannot see what rank 0 "
+            f"(mh1) writes there") in out, out[-3000:]
+    assert out.strip().splitlines()[-1].startswith("distgnn launch: error: job ")

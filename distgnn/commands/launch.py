@@ -94,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
     check_config(config_from_args(args))  # refuse bad options before anything is submitted
     ranks = num_parts(args.partdir)
     preset = load_preset(args.preset or args.executor, args.presets)
+    if args.stage is None and preset.get("stage_dir"):
+        args.stage = preset["stage_dir"]
     if args.threads is not None:
         threads = args.threads
     elif args.executor == "slurm":

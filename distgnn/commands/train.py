@@ -97,6 +97,10 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                    help="keep every buffer on ordinary 4 KB pages (by default the features, the CSR "
                         "and its transpose and torch's large tensors ask for 2 MB pages, which "
                         "the random row gathers of aggregation need far fewer TLB misses for)")
+    p.add_argument("--stage", metavar="DIR", default=None,
+                   help="node-local folder (e.g. /scratch) each rank copies its part to, checks "
+                        "and loads from, then removes; the partition folder stays the run's "
+                        "(docs/design.md#staging; launch: the preset's stage_dir)")
     p.add_argument("--skip-memory-check", action="store_true",
                    help="start even when the memory estimate exceeds what is available")
 
@@ -120,7 +124,8 @@ def config_from_args(args: argparse.Namespace):
                        apply=args.apply, delayed_gradients=args.delayed_gradients,
                        fresh_copies=args.fresh_copies, cdr_rule=args.cdr_rule or TrainConfig.cdr_rule,
                        recompute_budget=args.recompute_budget,
-                       hang_timeout_s=args.hang_timeout, huge_pages=not args.no_huge_pages)
+                       hang_timeout_s=args.hang_timeout, huge_pages=not args.no_huge_pages,
+                       stage_dir=args.stage)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,7 +11,7 @@ from distgnn.errors import DistgnnError
 PRESET_KEYS = {
     "ranks_per_node", "cpus_per_task", "mem_gb", "timeout_min", "slurm_partition", "slurm_account",
     "slurm_qos", "slurm_constraint", "slurm_signal_delay_s", "slurm_additional_parameters",
-    "slurm_setup", "slurm_srun_args", "grace_s",
+    "slurm_setup", "slurm_srun_args", "grace_s", "stage_dir",
 }
 
 

@@ -68,6 +68,9 @@ class TrainConfig:
     #: features, CSR, transpose and torch's large buffers on 2 MB pages where the kernel allows
     #: (distgnn/memory.py); a run setting, not a hyperparameter
     huge_pages: bool = True
+    #: node-local folder each rank copies its part to before loading (docs/design.md#staging);
+    #: a run setting, not a hyperparameter
+    stage_dir: str | None = None
 
     def cdr_rule_in_effect(self) -> CdrRule:
         """``cdr_rule`` where it applies (cd-<r> under root, summed layers: not GAT), else the

@@ -25,6 +25,7 @@ from distgnn.models.base import LayerStack
 from distgnn.train.agreement import agreed
 from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients
 from distgnn.train.partition_data import PartitionData, load_partition, read_assignment_attrs
+from distgnn.train.staging import stage_part, unstage
 from distgnn.train.timers import Timers
 from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm, resolve_apply
 
@@ -87,8 +88,15 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
     partition_dir = Path(partition_dir)
     if config.memory_check:
         check_memory(partition_dir, config, comm)
-    part = agreed(comm, lambda: load_partition(partition_dir, comm.rank,
-                                               huge_pages=config.huge_pages))
+    source = partition_dir
+    if config.stage_dir:  # node-local copy of this rank's part (docs/design.md#staging)
+        source = agreed(comm, lambda: stage_part(partition_dir, comm.rank, config.stage_dir))
+    try:
+        part = agreed(comm, lambda: load_partition(source, comm.rank,
+                                                   huge_pages=config.huge_pages))
+    finally:
+        if source != partition_dir:
+            unstage(source)
     check_consistency(partition_dir, part, assignment, comm)
     apply = resolve_apply(config.apply, algorithm)
     timers = Timers()

@@ -33,6 +33,7 @@ from distgnn.train.adam import Adam
 from distgnn.train.agreement import agreed
 from distgnn.train.config import TrainConfig, check_config
 from distgnn.train.context import RankContext, check_ranks, open_rank
+from distgnn.train.shared_folder import check_shared_folder
 from distgnn.train.step import evaluate, train_step
 from distgnn.train.telemetry import EpochMeter, peak_rss_bytes, run_summary
 from distgnn.train.watchdog import Watchdog
@@ -156,7 +157,8 @@ class Trainer:
 
     # -- the run folder ------------------------------------------------------------------------
     def _make_run_dir(self) -> None:
-        """Rank 0 makes the run folder (an agreed step: its failure is every rank's one line)."""
+        """Rank 0 makes the run folder (an agreed step: its failure is every rank's one line),
+        and every rank must see it (docs/design.md#shared-run-folder)."""
         def make() -> None:
             if self.comm.rank != 0:
                 return
@@ -167,6 +169,7 @@ class Trainer:
             if not os.access(self.run_dir, os.W_OK):
                 raise DistgnnError(f"--out {self.run_dir}: not writable")
         agreed(self.comm, make)
+        check_shared_folder(self.run_dir, self.comm)
 
     def _clear_previous_outputs(self) -> None:
         """A new run (no --resume) starts from an empty folder: the previous run's outputs and
