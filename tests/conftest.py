@@ -21,6 +21,16 @@ REPO = Path(__file__).resolve().parents[1]
 FAULTS = REPO / "tests" / "fault_injection"
 
 
+def sigint_at_default() -> None:
+    """``preexec_fn`` of a process a test interrupts with SIGINT: the signal at its default, as
+    for a command started at a terminal. A suite started in the background by a non-interactive
+    shell (``cmd &``) passes SIGINT on ignored, and Python then installs no KeyboardInterrupt:
+    the Ctrl-C tests hung that way in fresh-clone runs started with nohup."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def fault_env(**variables: str) -> dict[str, str]:
     """Environment for a ``distgnn train`` subprocess (and its ranks) with a test fault:
     ``variables`` as tests/fault_injection/sitecustomize.py documents them."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import partitioned_twin
+from conftest import partitioned_twin, sigint_at_default
 
 pytestmark = pytest.mark.mpi
 EPOCHS = 40
@@ -92,7 +92,7 @@ def test_ctrl_c_of_mpiexec_names_the_newest_checkpoint(tmp_path: Path) -> None:
          str(parts), "--epochs", "100000", "--checkpoint-every", "2", "--eval-every", "0",
          "--threads", "1", "--hidden", "16", "--quiet", "--out", str(run)],
         env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True, preexec_fn=sigint_at_default)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and proc.poll() is None \
             and not list(run.glob("checkpoints/*/manifest.json")):

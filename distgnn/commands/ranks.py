@@ -7,9 +7,8 @@ import signal
 import sys
 import threading
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from distgnn.errors import CollectiveError, DistgnnError
 
@@ -73,70 +72,28 @@ def run_on_ranks(command: str, comm: Any, body: Callable[[], Any],
         return 1, None
 
 
-#: seconds a run may go on after Ctrl-C before the interrupt thread ends it itself
-INTERRUPT_GRACE_S = 10.0
-
-
-@contextmanager
-def interrupts_end_the_run(rank: int, run_dir_of: Callable[[], Path | None],
-                           interrupted: Callable[[Path | None], str], command: str,
-                           launcher_sigterm: bool) -> Iterator[threading.Event]:
-    """Inside it, an interrupt ends the run in bounded time; yields the event the main thread sets
-    when it handles the interrupt itself. On leaving, the earlier signal set-up is restored (the
-    watching thread stays blocked, as a daemon).
-
-    Python runs a signal handler only between bytecodes, and a rank may be blocked inside MPI, so
-    a thread waits on the signals' wake-up bytes. Ctrl-C (SIGINT) is the main thread's
-    ``KeyboardInterrupt``; should the run still be going :data:`INTERRUPT_GRACE_S` later (twice in
-    full-suite runs the main thread was found training on, the interrupt lost, cause not found),
-    or at a second Ctrl-C, this thread prints ``interrupted(run_dir)`` from rank 0 and exits 130.
-    With ``launcher_sigterm`` (under mpiexec, the user's Ctrl-C reaches the ranks as SIGTERM), a
-    SIGTERM does the same at once, unless a rank left its abort marker (the job is ending because
-    that rank failed, and said so); mpiexec itself then exits 1, its own status, whatever the
-    ranks'."""
-    handled = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield handled  # signals reach the main thread only: nothing to watch from here
-        return
+def exit_on_launcher_sigterm(rank: int, run_dir_of: Callable[[], Path | None],
+                             interrupted: Callable[[Path | None], str], command: str) -> None:
+    """Under mpiexec, the user's Ctrl-C reaches the ranks as SIGTERM. Python runs a signal
+    handler only between bytecodes, and a rank may be blocked inside MPI, so a thread waits on
+    the signal's wake-up byte instead: on SIGTERM, unless a rank left its abort marker (the job is
+    ending because that rank failed, and said so), rank 0 prints ``interrupted(run_dir)`` and every
+    rank exits 130 at once (mpiexec itself then exits 1: its own status, whatever the ranks')."""
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    earlier_fd = signal.set_wakeup_fd(write_fd)
-    earlier_term = signal.getsignal(signal.SIGTERM)
-    if launcher_sigterm:
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)  # the byte is the signal
-
-    def finish() -> None:
-        if handled.is_set():
-            return  # the main thread is saying it and exiting
-        if rank == 0:
-            print(f"distgnn {command}: {interrupted(run_dir_of())}", file=sys.stderr, flush=True)
-        os._exit(130)
+    signal.set_wakeup_fd(write_fd)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)  # the byte is the signal
 
     def watch() -> None:
-        timer = None
         while True:
             got = os.read(read_fd, 1)
-            if handled.is_set():
-                continue
-            if got[0] == signal.SIGINT:
-                if timer is not None:
-                    finish()  # a second Ctrl-C
-                timer = threading.Timer(INTERRUPT_GRACE_S, finish)
-                timer.daemon = True
-                timer.start()
-            elif got[0] == signal.SIGTERM and launcher_sigterm:
-                run_dir = run_dir_of()
-                if run_dir is not None and any(run_dir.glob(ABORT_MARKER.format(rank="*"))):
-                    os._exit(1)
-                finish()
+            if not got or got[0] != signal.SIGTERM:
+                continue  # SIGINT: the main thread's KeyboardInterrupt handles it
+            run_dir = run_dir_of()
+            if run_dir is not None and any(run_dir.glob(ABORT_MARKER.format(rank="*"))):
+                os._exit(1)
+            if rank == 0:
+                print(f"distgnn {command}: {interrupted(run_dir)}", file=sys.stderr, flush=True)
+            os._exit(130)
 
-    threading.Thread(target=watch, name="distgnn-interrupt", daemon=True).start()
-    try:
-        yield handled
-    finally:
-        # The thread is left blocked (never woken: a daemon thread that wakes while the
-        # interpreter finalizes is ended with pthread_exit, which aborted ranks in a full-suite
-        # run); no byte reaches it once the earlier set-up is back.
-        handled.set()
-        signal.set_wakeup_fd(earlier_fd)
-        signal.signal(signal.SIGTERM, earlier_term)
+    threading.Thread(target=watch, name="distgnn-sigterm", daemon=True).start()

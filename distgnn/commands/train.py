@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-from distgnn.commands.ranks import (ABORT_MARKER, abort_marker, interrupts_end_the_run,
+from distgnn.commands.ranks import (ABORT_MARKER, abort_marker, exit_on_launcher_sigterm,
                                     refuse_before_mpi, run_on_ranks)
 
 
@@ -184,6 +184,11 @@ def run(args: argparse.Namespace) -> int:
 
     comm = Communicator()
     trainer = None
+    if comm.size > 1 and "SLURM_JOB_ID" not in os.environ:
+        # mpiexec's Ctrl-C; under Slurm, SIGTERM is Slurm's own (preemption, requeue, time
+        # limit), which submitit handles
+        exit_on_launcher_sigterm(comm.rank, lambda: trainer.run_dir if trainer else None,
+                                 interrupted, "train")
 
     def body():
         nonlocal trainer
@@ -201,19 +206,13 @@ def run(args: argparse.Namespace) -> int:
             except OSError:
                 pass  # no run folder yet: no Ctrl-C line will be printed for this job anyway
 
-    # SIGTERM is mpiexec's Ctrl-C; under Slurm it is Slurm's own (preemption, requeue, time
-    # limit), which submitit handles
-    launcher_sigterm = comm.size > 1 and "SLURM_JOB_ID" not in os.environ
-    with interrupts_end_the_run(comm.rank, lambda: trainer.run_dir if trainer else None,
-                                interrupted, "train", launcher_sigterm) as handled:
-        try:
-            status, summary = run_on_ranks("train", comm, body, on_abort=mark_aborting)
-        except KeyboardInterrupt:  # Ctrl-C of a run without mpiexec (which turns it into SIGTERM)
-            handled.set()
-            if comm.rank == 0:
-                print(f"distgnn train: {interrupted(trainer.run_dir if trainer else None)}",
-                      file=sys.stderr, flush=True)
-            return 130
+    try:
+        status, summary = run_on_ranks("train", comm, body, on_abort=mark_aborting)
+    except KeyboardInterrupt:  # Ctrl-C of a run without mpiexec (which turns it into SIGTERM)
+        if comm.rank == 0:
+            print(f"distgnn train: {interrupted(trainer.run_dir if trainer else None)}",
+                  file=sys.stderr, flush=True)
+        return 130
     if status:
         return status
     if summary is not None and not args.quiet:

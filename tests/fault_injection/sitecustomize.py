@@ -11,8 +11,6 @@ imported:
   starts loading its part.
 * ``DISTGNN_TEST_SLOW_OUTPUTS_S=s``: rank 0 sleeps s seconds before writing ``model.pt`` and
   ``summary.json`` (a slow network filesystem).
-* ``DISTGNN_TEST_LOSE_SIGINT=1``: Ctrl-C raises no ``KeyboardInterrupt`` once training starts
-  (an interrupt lost, as twice seen in full-suite runs).
 """
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ import sys
 import time
 
 TARGET = "distgnn.train.trainer"
-VARIABLES = ("DISTGNN_TEST_FAIL_RANK", "DISTGNN_TEST_FREEZE_LOADING_RANK", "DISTGNN_TEST_SLOW_OUTPUTS_S",
-             "DISTGNN_TEST_LOSE_SIGINT")
+VARIABLES = ("DISTGNN_TEST_FAIL_RANK", "DISTGNN_TEST_FREEZE_LOADING_RANK", "DISTGNN_TEST_SLOW_OUTPUTS_S")
 
 
 def _rank(trainer) -> int:
@@ -64,13 +61,6 @@ def patch(module) -> None:
             time.sleep(float(slow))
             return write(self, *args, **kwargs)
         Trainer._write_outputs = slow_write
-    if os.environ.get("DISTGNN_TEST_LOSE_SIGINT"):
-        train = Trainer._train
-
-        def train_losing_sigint(self, *args, **kwargs):
-            signal.signal(signal.SIGINT, lambda signum, frame: None)
-            return train(self, *args, **kwargs)
-        Trainer._train = train_losing_sigint
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
