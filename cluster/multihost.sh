@@ -2,7 +2,7 @@
 # An emulated cluster of N hosts on this machine, for tests and demos (Debian/Ubuntu, as root):
 # each host a Linux network namespace with its own address, hostname, /etc/hosts and node-local
 # /scratch, all on one bridge; one slurmctld on its own host, one slurmd per host, one munged.
-# How and why: docs/design.md#multihost (and what was measured here: ../shared/notes/multihost.md).
+# How and why: docs/design.md#multihost.
 #
 #   cluster/multihost.sh start [--hosts N] [--rate R]   start (idempotent; N default 2, at most 200;
 #                                                   R: every link's rate, tc syntax, e.g. 1gbit)
