@@ -6,9 +6,10 @@ rank. Every wrapper counts the bytes this rank sends, under a :class:`Traffic` k
 training rows, also under their :class:`Direction`, so the trainer can report traffic without
 touching MPI.
 
-Rows travel as one MPI datatype per row (``width`` contiguous elements), so Alltoallv's counts and
-displacements, C ints, are in rows: a rank may send up to 2^31 - 1 rows to a peer however wide
-they are (Debian's Open MPI 4.1 has no MPI-4 large-count calls).
+A row exchange sends each peer its rows point to point, in pieces of at most :data:`PIECE_BYTES`
+counted in one MPI datatype per row (``width`` contiguous elements), so every count stays far
+below a C int (Debian's Open MPI 4.1 has no MPI-4 large-count calls) and a wait knows which peers
+it still waits for (:class:`WaitState`, read by the hang watchdog; docs/design.md#progress).
 
 ``DISTGNN_CHECK_COLLECTIVES=1`` makes every collective first compare, across ranks, which
 collective each rank is starting (:meth:`Communicator._start`): a mismatch, which would otherwise
@@ -21,9 +22,10 @@ import os
 import sys
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -32,8 +34,6 @@ from distgnn.errors import CollectiveError, DistgnnError
 
 #: the environment variable of the collective-order check (``1`` turns it on)
 CHECK_COLLECTIVES = "DISTGNN_CHECK_COLLECTIVES"
-#: the largest count or displacement MPI takes (a C int), in rows
-C_INT_MAX = 2**31 - 1
 
 
 class Traffic(StrEnum):
@@ -125,37 +125,87 @@ class RowPlan:
         return RowPlan(self.ids[keep], offsets)
 
 
-class PendingExchange:
-    """A posted non-blocking row exchange; :meth:`wait` returns the received rows [R, F]."""
+class WaitState:
+    """What this process's main thread is waiting for inside MPI, for the watchdog's thread to
+    read (docs/design.md#progress). One per process: every Communicator writes here.
 
-    def __init__(self, request: Any, recv: torch.Tensor, keep_alive: Any,
-                 dtype: torch.dtype | None = None):
-        self._request, self._recv, self._keep_alive = request, recv, keep_alive
+    A wait is *stalled* for as long as nothing it waits for has completed: a row exchange makes
+    progress with each piece (at most :data:`PIECE_BYTES`) that arrives or leaves, a blocking
+    collective only when it returns. Outside MPI a rank is never stalled (it computes)."""
+
+    def __init__(self) -> None:
+        #: (call, ranks it waits for or None for every rank, monotonic time of the last progress);
+        #: replaced whole, so the watchdog's thread always reads one consistent state
+        self._state: tuple[str | None, tuple[int, ...] | None, float] = (None, None, time.monotonic())
+        #: pieces completed in waits so far (a count, for tests and the curious)
+        self.pieces = 0
+
+    def enter(self, call: str, peers: tuple[int, ...] | None) -> None:
+        self._state = (call, peers, time.monotonic())
+
+    def advance(self, peers: tuple[int, ...] | None, pieces: int) -> None:
+        self.pieces += pieces
+        self._state = (self._state[0], peers, time.monotonic())
+
+    def leave(self) -> None:
+        self._state = (None, None, time.monotonic())
+
+    def now(self) -> tuple[str | None, tuple[int, ...] | None, float]:
+        """(the call waited in or None, the ranks it waits for (None: every rank), seconds since
+        its last progress, 0 outside a wait)."""
+        call, peers, since = self._state
+        return call, peers, (time.monotonic() - since) if call is not None else 0.0
+
+
+#: this process's wait (:class:`WaitState`)
+WAITS = WaitState()
+#: a row exchange moves each peer's rows in pieces of at most this many bytes (at least one row):
+#: the unit in which the watchdog sees a slow link progress (docs/design.md#progress)
+PIECE_BYTES = 1 << 20
+#: row exchanges are tagged by their collective number modulo this (MPI promises tags to 32767)
+TAG_SPAN = 32768
+
+
+class PendingExchange:
+    """A posted non-blocking row exchange; :meth:`wait` returns the received rows [R, F].
+
+    ``requests[i]`` moves a piece to or from rank ``peers[i]``; :meth:`wait` reports each piece
+    that completes to :data:`WAITS`, naming the ranks still outstanding."""
+
+    def __init__(self, requests: list[Any], peers: list[int], recv: torch.Tensor, keep_alive: Any,
+                 call: str, dtype: torch.dtype | None = None):
+        self._requests: list[Any] | None = requests or None
+        self._peers, self._call = peers, call
+        self._recv, self._keep_alive = recv, keep_alive
         self._dtype = dtype or recv.dtype
 
     def wait(self) -> torch.Tensor:
-        if self._request is not None:
-            self._request.Wait()
-            self._request, self._keep_alive = None, None
-            if self._recv.dtype != self._dtype:  # rows sent narrower than they are used
-                self._recv = self._recv.to(self._dtype)
+        if self._requests is not None:
+            self._wait_pieces()
+            self._requests, self._keep_alive = None, None
+        if self._recv.dtype != self._dtype:  # rows sent narrower than they are used
+            self._recv = self._recv.to(self._dtype)
         return self._recv
+
+    def _wait_pieces(self) -> None:
+        Request = _mpi().Request
+        requests, left = self._requests, np.bincount(self._peers)
+        outstanding = lambda: tuple(int(k) for k in np.flatnonzero(left))  # noqa: E731
+        WAITS.enter(self._call, outstanding())
+        try:
+            while True:
+                done = Request.Waitsome(requests)
+                if not done:  # None (MPI_UNDEFINED): every piece has completed
+                    break
+                for i in done:
+                    left[self._peers[i]] -= 1
+                WAITS.advance(outstanding(), len(done))
+        finally:
+            WAITS.leave()
 
     @property
     def done(self) -> bool:
-        return self._request is None
-
-
-def _in_rows(plan: RowPlan) -> tuple[np.ndarray, np.ndarray]:
-    """(counts, displacements) of ``plan``, int64 [P] each, in rows, as Alltoallv takes them; a
-    :class:`DistgnnError` in one line when one exceeds a C int (2^31 - 1 rows)."""
-    counts, displs = plan.counts, plan.offsets[:-1]
-    biggest = max(int(counts.max(initial=0)), int(displs.max(initial=0)))
-    if biggest > C_INT_MAX:
-        raise DistgnnError(f"a row exchange of {int(plan.offsets[-1])} rows needs a count or "
-                           f"offset of {biggest} rows, over MPI's limit of {C_INT_MAX} "
-                           "(a C int); partition into more parts")
-    return counts, displs
+        return self._requests is None
 
 
 class Communicator:
@@ -201,6 +251,17 @@ class Communicator:
                               f"ranks ({who}); every rank must start the same collectives in the "
                               "same order (a model: aggregate/attend alike on every rank)")
 
+    @contextmanager
+    def _blocking(self, op: str, *kind: str) -> Iterator[None]:
+        """Start the collective ``op`` (:meth:`_start`) and mark this process as waiting in it,
+        for every rank, until it returns (:data:`WAITS`)."""
+        WAITS.enter(f"{op}({', '.join(map(str, kind))})" if kind else op, None)
+        try:
+            self._start(op, *kind)
+            yield
+        finally:
+            WAITS.leave()
+
     def dup(self) -> "Communicator":
         """A separate communicator over the same ranks (its traffic never mixes with ours)."""
         self._start("dup")
@@ -216,12 +277,14 @@ class Communicator:
 
     def exchange_rows_async(self, rows: torch.Tensor, send: RowPlan, recv: RowPlan,
                             kind: Traffic, direction: Direction | None = None) -> PendingExchange:
-        """Non-blocking :meth:`exchange_rows` (Ialltoallv); wait on the returned object. Counts
-        and displacements are in rows of one row datatype (at most 2^31 - 1 each)."""
+        """Non-blocking :meth:`exchange_rows`; wait on the returned object. Each peer's rows
+        travel as point-to-point messages of at most :data:`PIECE_BYTES` (at least one row), in
+        one row datatype, tagged by this collective's number, so a wait can tell which peers it
+        still waits for."""
         kind = Traffic(kind)
         direction = None if direction is None else Direction(direction)
-        sc, sd = _in_rows(send)
-        rc, rd = _in_rows(recv)
+        sc, sd = send.counts, send.offsets[:-1]
+        rc, rd = recv.counts, recv.offsets[:-1]
         rows = rows.detach().contiguous()
         used = rows.dtype
         if self.payload_dtype is not None and rows.is_floating_point():
@@ -229,15 +292,29 @@ class Communicator:
         width = rows.shape[1] if rows.dim() == 2 else 1
         row_type = _row_type(rows.dtype, width)
         recv_rows = torch.empty((int(recv.offsets[-1]), width), dtype=rows.dtype)
-        send_buf = _buffer(rows)
+        send_buf, recv_buf = _buffer(rows).reshape(-1, width), _buffer(recv_rows)
+        call = f"exchange_rows({kind}{'' if direction is None else f', {direction}'})"
         self._start("exchange_rows", *((kind,) if direction is None else (kind, direction)))
-        request = self.comm.Ialltoallv([send_buf, (sc, sd), row_type],
-                                       [_buffer(recv_rows), (rc, rd), row_type])
+        tag = self.started % TAG_SPAN
+        piece = max(1, PIECE_BYTES // max(1, width * rows.element_size()))  # rows per piece
+        requests, peers = [], []
+        me = self.rank
+        if rc[me]:  # this rank's own block is a copy (the plans give it the same count both ways)
+            recv_buf[rd[me]:rd[me] + rc[me]] = send_buf[sd[me]:sd[me] + sc[me]]
+        for post, buf, counts, displs in ((self.comm.Irecv, recv_buf, rc, rd),
+                                          (self.comm.Isend, send_buf, sc, sd)):
+            for peer in range(self.size):
+                if peer == me:
+                    continue
+                for lo in range(int(displs[peer]), int(displs[peer] + counts[peer]), piece):
+                    n = min(piece, int(displs[peer] + counts[peer]) - lo)
+                    requests.append(post([buf[lo:lo + n], n, row_type], peer, tag))
+                    peers.append(peer)
         sent = int(rows.numel() * rows.element_size())
         self.bytes_sent[kind.value] += sent
         if direction is not None:
             self.bytes_sent[direction.value] += sent
-        return PendingExchange(request, recv_rows, send_buf, used)
+        return PendingExchange(requests, peers, recv_rows, send_buf, call, used)
 
     def allreduce_sum_(self, tensor: torch.Tensor,
                        kind: Traffic = Traffic.GRADIENTS) -> torch.Tensor:
@@ -245,63 +322,63 @@ class Communicator:
         kind = Traffic(kind)
         if self.size > 1:
             MPI = _mpi()
-            self._start("allreduce_sum_", kind)
-            self.comm.Allreduce(MPI.IN_PLACE, tensor.numpy(), op=MPI.SUM)
+            with self._blocking("allreduce_sum_", kind):
+                self.comm.Allreduce(MPI.IN_PLACE, tensor.numpy(), op=MPI.SUM)
             self.bytes_sent[kind.value] += int(tensor.numel() * tensor.element_size())
         return tensor
 
     def sum(self, value: float | int) -> float | int:
         """Sum of a Python number over ranks."""
-        self._start("sum")
-        return self.comm.allreduce(value, op=_mpi().SUM)
+        with self._blocking("sum"):
+            return self.comm.allreduce(value, op=_mpi().SUM)
 
     def max(self, value: Any) -> Any:
         """Largest ``value`` over ranks (numbers, or tuples compared element by element)."""
-        self._start("max")
-        return self.comm.allreduce(value, op=_mpi().MAX)
+        with self._blocking("max"):
+            return self.comm.allreduce(value, op=_mpi().MAX)
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
         """Every rank's ``obj`` (picklable), by rank, at ``root``; None elsewhere."""
-        self._start("gather")
-        return self.comm.gather(obj, root=root)
+        with self._blocking("gather"):
+            return self.comm.gather(obj, root=root)
 
     def allgather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj`` (picklable), by rank, at every rank."""
-        self._start("allgather")
-        return self.comm.allgather(obj)
+        with self._blocking("allgather"):
+            return self.comm.allgather(obj)
 
     def bcast(self, obj: Any, root: int = 0) -> Any:
         """``root``'s ``obj`` (picklable) at every rank."""
-        self._start("bcast")
-        return self.comm.bcast(obj, root=root)
+        with self._blocking("bcast"):
+            return self.comm.bcast(obj, root=root)
 
     def alltoall(self, objs: list[Any]) -> list[Any]:
         """Send ``objs[j]`` (any picklable object, e.g. numpy arrays) to rank j; returns what each
         rank sent to this one, by rank. For bounded payloads (it pickles)."""
-        self._start("alltoall")
-        return self.comm.alltoall(objs)
+        with self._blocking("alltoall"):
+            return self.comm.alltoall(objs)
 
     def node_sum_and_min(self, value: int, floor: int) -> tuple[int, int]:
         """(sum of ``value``, min of ``floor``) over the ranks sharing this rank's machine."""
         MPI = _mpi()
-        self._start("node_sum_and_min")
-        node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
-        try:
-            return node.allreduce(value, op=MPI.SUM), node.allreduce(floor, op=MPI.MIN)
-        finally:
-            node.Free()
+        with self._blocking("node_sum_and_min"):
+            node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+            try:
+                return node.allreduce(value, op=MPI.SUM), node.allreduce(floor, op=MPI.MIN)
+            finally:
+                node.Free()
 
     def barrier(self) -> None:
-        self._start("barrier")
-        self.comm.Barrier()
+        with self._blocking("barrier"):
+            self.comm.Barrier()
 
     def quiet_barrier(self, poll_s: float = 0.005) -> None:
         """A barrier that sleeps ``poll_s`` seconds between polls instead of spinning a core as
         MPI's blocking calls do (for timings of compute alone on a shared machine)."""
-        self._start("quiet_barrier")
-        request = self.comm.Ibarrier()
-        while not request.Test():
-            time.sleep(poll_s)
+        with self._blocking("quiet_barrier"):
+            request = self.comm.Ibarrier()
+            while not request.Test():
+                time.sleep(poll_s)
 
     def send(self, buf: np.ndarray, dest: int) -> None:
         """Send the contiguous array ``buf`` to rank ``dest`` (blocking, point to point)."""

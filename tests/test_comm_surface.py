@@ -1,6 +1,6 @@
 """distgnn.comm is the one MPI surface: no other module imports mpi4py; traffic kinds are enums
-whose values are the recorded keys; row exchanges count in rows (one MPI datatype per row) and
-refuse counts past a C int; DISTGNN_CHECK_COLLECTIVES turns a rank that skips a collective into
+whose values are the recorded keys; row exchanges move each peer's rows point to point in pieces
+counted in rows (one MPI datatype per row), no larger than PIECE_BYTES; DISTGNN_CHECK_COLLECTIVES turns a rank that skips a collective into
 one line instead of a hang. The in-process tests use a fake communicator (a real one would start
 MPI in the pytest process)."""
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 import distgnn.comm as comm_module
 from conftest import REPO, mpiexec
 from distgnn.comm import Communicator, Direction, RowPlan, Traffic
-from distgnn.errors import CollectiveError, DistgnnError
+from distgnn.errors import CollectiveError
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 
@@ -66,9 +66,25 @@ def test_only_comm_imports_mpi4py(tmp_path: Path) -> None:
 
 
 # -- traffic kinds and directions -----------------------------------------------------------------
+class FakeRequest:
+    """A posted message of the fake communicator: (which call, the message, the peer, the tag)."""
+
+    def __init__(self, call: str, message: list, peer: int, tag: int) -> None:
+        self.call, self.message, self.peer, self.tag, self.done = call, message, peer, tag, False
+
+
+def wait_some(requests: list) -> list[int] | None:
+    """MPI_Waitsome on fake requests: completes every pending one at once (None: none left)."""
+    pending = [i for i, r in enumerate(requests) if not r.done]
+    for i in pending:
+        requests[i].done = True
+    return pending or None
+
+
 class FakeComm:
-    """Enough of an mpi4py communicator for Communicator: rank 0 of ``size``; Ialltoallv keeps its
-    arguments and completes at once; Dup gives a checker whose allgather returns ``seen``."""
+    """Enough of an mpi4py communicator for Communicator: rank 0 of ``size``; Isend and Irecv keep
+    their arguments and complete at the first wait; Dup gives a checker whose allgather returns
+    ``seen``."""
 
     def __init__(self, size: int = 2, seen: list | None = None) -> None:
         self.size, self.seen, self.calls = size, seen, []
@@ -79,9 +95,13 @@ class FakeComm:
     def Get_size(self) -> int:  # noqa: N802
         return self.size
 
-    def Ialltoallv(self, send: list, recv: list) -> SimpleNamespace:  # noqa: N802
-        self.calls.append((send, recv))
-        return SimpleNamespace(Wait=lambda: None)
+    def Isend(self, message: list, peer: int, tag: int) -> FakeRequest:  # noqa: N802
+        self.calls.append(FakeRequest("send", message, peer, tag))
+        return self.calls[-1]
+
+    def Irecv(self, message: list, peer: int, tag: int) -> FakeRequest:  # noqa: N802
+        self.calls.append(FakeRequest("recv", message, peer, tag))
+        return self.calls[-1]
 
     def Dup(self) -> "FakeComm":  # noqa: N802
         return self
@@ -110,7 +130,8 @@ class FakeType:
 def fake_mpi(monkeypatch):
     """distgnn.comm with a fake MPI module (and an empty row-type cache)."""
     fake = SimpleNamespace(FLOAT=FakeType("float"), DOUBLE=FakeType("double"),
-                           INT16_T=FakeType("int16"), SUM="sum", MAX="max", IN_PLACE=None)
+                           INT16_T=FakeType("int16"), SUM="sum", MAX="max", IN_PLACE=None,
+                           Request=SimpleNamespace(Waitsome=wait_some))
     monkeypatch.setattr(comm_module, "_mpi", lambda: fake)
     monkeypatch.setattr(comm_module, "_ROW_TYPES", {}, raising=False)
     return fake
@@ -135,37 +156,68 @@ def test_kinds_and_directions_are_the_recorded_strings(fake_mpi) -> None:
         comm.exchange_rows(torch.ones(2, 3), p, p, "forwad")
 
 
-# -- counts in rows ---------------------------------------------------------------------------------
+# -- pieces counted in rows --------------------------------------------------------------------------
 @pytest.mark.parametrize("width", [1, 3, 128])
 @pytest.mark.parametrize("dtype, payload, base", [(torch.float32, None, "float"),
                                                   (torch.float64, None, "double"),
                                                   (torch.float32, torch.bfloat16, "int16")])
-def test_counts_and_displacements_are_rows(fake_mpi, width: int, dtype, payload, base: str) -> None:
+def test_pieces_are_counted_in_rows(fake_mpi, width: int, dtype, payload, base: str) -> None:
     fake = FakeComm(size=3)
     comm = Communicator(fake)
     comm.payload_dtype = payload
-    send, recv = plan([0, 2, 2, 5]), plan([0, 1, 4, 6])
-    got = comm.exchange_rows(torch.zeros(5, width, dtype=dtype), send, recv, Traffic.SETUP)
+    send, recv = plan([0, 1, 1, 4]), plan([0, 1, 4, 6])  # rank 0 keeps one row of its own
+    rows = torch.arange(4 * width, dtype=dtype).reshape(4, width)
+    got = comm.exchange_rows(rows, send, recv, Traffic.SETUP)
     assert got.shape == (6, width) and got.dtype == dtype
-    (s_buf, (sc, sd), s_type), (r_buf, (rc, rd), r_type) = fake.calls[0]
-    assert list(sc) == [2, 0, 3] and list(sd) == [0, 2, 2]
-    assert list(rc) == [1, 3, 2] and list(rd) == [0, 1, 4]
-    assert s_type == r_type == FakeType(base, width)
-    assert s_buf.shape == (5, width) and r_buf.shape == (6, width)
-    comm.exchange_rows(torch.zeros(5, width, dtype=dtype), send, recv, Traffic.SETUP)
-    assert fake.calls[1][0][2] is s_type  # committed once per (dtype, width), then reused
+    assert torch.equal(got[0], rows[0])  # its own block is copied, not sent
+    moved = [(r.call, r.peer, r.message[1]) for r in fake.calls]
+    assert moved == [("recv", 1, 3), ("recv", 2, 2), ("send", 2, 3)]
+    for r in fake.calls:
+        buf, n, row_type = r.message
+        assert row_type == FakeType(base, width) and buf.shape == (n, width)
+        assert r.tag == comm.started
+    sent = fake.calls[2].message[0]
+    assert np.shares_memory(sent, sent.base) and sent.base is not None  # a view, not a copy
+    comm.exchange_rows(rows, send, recv, Traffic.SETUP)
+    assert fake.calls[3].message[2] is fake.calls[0].message[2]  # committed once, then reused
+    assert fake.calls[3].tag == fake.calls[0].tag + 1  # each exchange has its own tag
 
 
-@pytest.mark.parametrize("offsets", [[0, 0, 2**31], [0, 2**31, 2**31 + 1]],
-                         ids=["count", "displacement"])
-def test_a_row_count_past_a_c_int_is_refused_in_one_line(fake_mpi, offsets: list[int]) -> None:
+def test_a_large_block_travels_in_pieces_of_at_most_piece_bytes(fake_mpi, monkeypatch) -> None:
+    monkeypatch.setattr(comm_module, "PIECE_BYTES", 3 * 16)  # three rows of 4 float32
     fake = FakeComm()
     comm = Communicator(fake)
-    with pytest.raises(DistgnnError) as err:
-        comm.exchange_rows(torch.zeros(0, 4), plan(offsets), plan([0, 0, 0]), Traffic.FORWARD)
-    assert "2147483647" in str(err.value) and "\n" not in str(err.value)
-    assert fake.calls == []  # nothing posted
-    comm_module._in_rows(plan([0, 0, 2**31 - 1]))  # 2^31 - 1 itself is a C int
+    rows = torch.arange(8 * 4, dtype=torch.float32).reshape(8, 4)
+    comm.exchange_rows(rows, plan([0, 0, 8]), plan([0, 0, 0]), Traffic.FORWARD)
+    pieces = [r.message[0] for r in fake.calls]
+    assert [r.call for r in fake.calls] == ["send"] * 3
+    assert [len(p) for p in pieces] == [3, 3, 2]
+    assert np.array_equal(np.concatenate(pieces), rows.numpy())  # in order, every row once
+    monkeypatch.setattr(comm_module, "PIECE_BYTES", 8)  # under one row: still one row a piece
+    comm.exchange_rows(rows[:2], plan([0, 0, 2]), plan([0, 0, 0]), Traffic.FORWARD)
+    assert [len(r.message[0]) for r in fake.calls[3:]] == [1, 1]
+
+
+def test_a_wait_names_the_peers_it_still_waits_for(fake_mpi) -> None:
+    """WaitState during a wait: the call and the outstanding peers; after it, nothing."""
+    seen = []
+
+    def wait_one(requests: list) -> list[int] | None:
+        seen.append(comm_module.WAITS.now())
+        pending = [i for i, r in enumerate(requests) if not r.done]
+        if pending:
+            requests[pending[0]].done = True
+        return pending[:1] or None
+
+    fake_mpi.Request = SimpleNamespace(Waitsome=wait_one)
+    comm = Communicator(FakeComm(size=3))
+    before = comm_module.WAITS.pieces
+    comm.exchange_rows(torch.ones(3, 2), plan([0, 0, 1, 3]), plan([0, 0, 2, 3]), "forward", "reduce")
+    # posted in order: receive from 1, receive from 2, send to 1, send to 2; one completes a call
+    call = "exchange_rows(forward, reduce)"
+    assert [(c, peers) for c, peers, _ in seen] == [(call, (1, 2))] * 3 + [(call, (2,)), (call, ())]
+    assert comm_module.WAITS.pieces - before == 4
+    assert comm_module.WAITS.now() == (None, None, 0.0)
 
 
 @pytest.mark.mpi

@@ -1,7 +1,9 @@
 """Run under ``mpiexec -n P`` (P = 2 or 3): row exchanges of widths 1, 3 and 128, in float32,
-float64 and float32 sent as bfloat16, through distgnn.comm.Communicator, against the rows each rank
-must receive. A spy on the communicator checks that MPI is handed counts and displacements in rows
-and a datatype of one whole row. Rank 0 prints ``ok`` when every rank agrees; exit 1 otherwise."""
+float64 and float32 sent as bfloat16, whole and cut into pieces of one row, through
+distgnn.comm.Communicator, against the rows each rank must receive. A spy on the communicator
+checks that MPI is handed pieces counted in rows of one whole-row datatype, no larger than
+PIECE_BYTES allows, covering every row sent. Rank 0 prints ``ok`` when every rank agrees; exit 1
+otherwise."""
 from __future__ import annotations
 
 import sys
@@ -10,21 +12,26 @@ from typing import Any
 import numpy as np
 import torch
 
+import distgnn.comm as comm_module
 from distgnn.comm import Communicator, RowPlan
 
 
 class Spy:
-    """The real communicator, with each Ialltoallv's arguments kept."""
+    """The real communicator, with each Isend's and Irecv's (message, peer) kept."""
 
     def __init__(self, comm: Any) -> None:
-        self._comm, self.calls = comm, []
+        self._comm, self.sends, self.recvs = comm, [], []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._comm, name)
 
-    def Ialltoallv(self, send: list, recv: list) -> Any:  # noqa: N802 - mpi4py's name
-        self.calls.append((send, recv))
-        return self._comm.Ialltoallv(send, recv)
+    def Isend(self, message: list, peer: int, tag: int) -> Any:  # noqa: N802 - mpi4py's name
+        self.sends.append((message, peer))
+        return self._comm.Isend(message, peer, tag)
+
+    def Irecv(self, message: list, peer: int, tag: int) -> Any:  # noqa: N802
+        self.recvs.append((message, peer))
+        return self._comm.Irecv(message, peer, tag)
 
 
 def count(src: int, dst: int) -> int:
@@ -55,20 +62,29 @@ def main() -> int:
     for dtype, payload in ((torch.float32, None), (torch.float64, None),
                            (torch.float32, torch.bfloat16)):
         comm.payload_dtype = payload
+        elsize = torch.empty(0, dtype=payload or dtype).element_size()
         for width in (1, 3, 128):
-            rows = torch.cat([block(me, j, width) for j in range(size)]).to(dtype)
-            got = comm.exchange_rows(rows, send, recv, "forward")
-            want = torch.cat([block(i, me, width) for i in range(size)]).to(dtype)
-            case = f"{dtype} as {payload or dtype}, width {width}"
-            if got.dtype != dtype or not torch.equal(got, want):
-                failures.append(f"{case}: wrong rows")
-            (s_buf, (sc, sd), s_type), (_, (rc, rd), r_type) = spy.calls[-1]
-            elsize = torch.empty(0, dtype=payload or dtype).element_size()
-            if list(sc) != list(send.counts) or list(sd) != list(send.offsets[:-1]) \
-                    or list(rc) != list(recv.counts) or list(rd) != list(recv.offsets[:-1]):
-                failures.append(f"{case}: counts/displacements not in rows: {list(sc)} {list(sd)}")
-            if s_type.Get_size() != width * elsize or r_type.Get_size() != width * elsize:
-                failures.append(f"{case}: MPI datatype of {s_type.Get_size()} bytes, not one row")
+            for piece_rows in (None, 1):
+                comm_module.PIECE_BYTES = (1 << 20) if piece_rows is None else piece_rows * width * elsize
+                spy.sends.clear(), spy.recvs.clear()
+                rows = torch.cat([block(me, j, width) for j in range(size)]).to(dtype)
+                got = comm.exchange_rows(rows, send, recv, "forward")
+                want = torch.cat([block(i, me, width) for i in range(size)]).to(dtype)
+                case = f"{dtype} as {payload or dtype}, width {width}, pieces of {piece_rows or 'any'} rows"
+                if got.dtype != dtype or not torch.equal(got, want):
+                    failures.append(f"{case}: wrong rows")
+                for calls, counts in ((spy.sends, send.counts), (spy.recvs, recv.counts)):
+                    moved = [0] * size
+                    for (buf, n, row_type), peer in calls:
+                        moved[peer] += n
+                        if row_type.Get_size() != width * elsize or len(buf) != n:
+                            failures.append(f"{case}: a piece of {n} rows in {row_type.Get_size()}"
+                                            f"-byte rows, buffer of {len(buf)}")
+                        if piece_rows is not None and n > piece_rows:
+                            failures.append(f"{case}: a piece of {n} rows")
+                    moved[me] = counts[me]  # its own block is copied, never sent
+                    if moved != list(counts):
+                        failures.append(f"{case}: pieces move {moved} rows, not {list(counts)}")
     if comm.allgather(me) != list(range(size)):
         failures.append("allgather")
     everyone = comm.gather(failures)
