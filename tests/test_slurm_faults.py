@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,7 +122,7 @@ def test_sigstop_of_a_rank_under_srun_ends_the_job_naming_it(local_slurm, parts:
              "three epochs")
     beat = read_heartbeat(run / HEARTBEATS / "rank_1")
     assert beat is not None
-    os.kill(beat[1], signal.SIGSTOP)
+    os.kill(beat.pid, signal.SIGSTOP)
     stopped = time.monotonic()
     try:
         _, stderr = proc.communicate(timeout=120)
@@ -129,11 +130,11 @@ def test_sigstop_of_a_rank_under_srun_ends_the_job_naming_it(local_slurm, parts:
         if proc.poll() is None:
             proc.kill()
         try:
-            os.kill(beat[1], signal.SIGKILL)  # if Slurm did not reap it
+            os.kill(beat.pid, signal.SIGKILL)  # if Slurm did not reap it
         except ProcessLookupError:
             pass
     assert time.monotonic() - stopped < 60, "the job did not end within 60 s"
     assert proc.returncode != 0
     logs = "".join(p.read_text(errors="replace") for p in (tmp_path / "logs" / "submitit").rglob("*.err"))
-    lines = [l for l in (stderr + logs).splitlines() if "--hang-timeout" in l and "rank 1 (epoch" in l]
+    lines = [l for l in (stderr + logs).splitlines() if "--hang-timeout" in l and re.search(r"rank 1 on \S+ \(epoch", l)]
     assert lines, (stderr[-2000:], logs[-2000:])

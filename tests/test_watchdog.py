@@ -1,9 +1,12 @@
-"""The hang watchdog: a silent rank ends the job within a bounded time, naming it; live ranks of a
-long epoch are never ended (docs/design.md#watchdog)."""
+"""The hang watchdog: a silent rank, or a job in which every rank waits inside MPI without
+progress, ends the job within a bounded time, naming ranks, hosts and what they waited for; live
+ranks of a long epoch, a straggler, and stale reads of a network filesystem are never ended; an
+interval costs O(P) file operations (docs/design.md#watchdog, docs/design.md#progress)."""
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -12,18 +15,20 @@ from pathlib import Path
 import pytest
 
 from conftest import partitioned_twin
-from distgnn.train.watchdog import HEARTBEATS, Watchdog, read_heartbeat
+from distgnn.train.watchdog import HEARTBEATS, Heartbeat, HeartbeatFolder, Watchdog, read_heartbeat
 
 
 def test_silent_rank_is_named_and_live_ranks_are_left_alone(tmp_path: Path, capfd) -> None:
-    """Three in-process 'ranks': 0 and 1 beat, 2 stops after its first beat; rank 0 reports 2."""
+    """Three in-process 'ranks' with their threads: rank 2 freezes after its first beat; rank 0
+    reports it and exits, rank 1 reads the verdict and exits."""
     exits: dict[int, int] = {}
     dogs = [Watchdog(tmp_path, k, 3, timeout=2.0, phase=lambda k=k: f"epoch 1: step of {k}",
-                     exit=lambda code, k=k: exits.setdefault(k, code)) for k in range(3)]
-    dogs[0].interval = dogs[1].interval = dogs[2].interval = 0.2
+                     exit=lambda code, k=k: exits.setdefault(k, code), host=f"h{k}")
+            for k in range(3)]
     for dog in dogs:
+        dog.interval = 0.2
         dog.start()
-    dogs[2]._beat = lambda: None  # rank 2 falls silent after its first heartbeat (still running)
+    dogs[2].tick = lambda: None  # rank 2's thread freezes (its process still runs)
     started = time.monotonic()
     while len(exits) < 2 and time.monotonic() - started < 10:
         time.sleep(0.05)
@@ -33,10 +38,12 @@ def test_silent_rank_is_named_and_live_ranks_are_left_alone(tmp_path: Path, capf
     err = capfd.readouterr().err
     lines = [l for l in err.splitlines() if l.startswith("distgnn train:")]
     assert len(lines) == 1, err
-    assert "rank 0: error" in lines[0] and "rank 2 (epoch 1: step of 2)" in lines[0]
-    assert "rank 0 was in epoch 1: step of 0" in lines[0]
+    assert "rank 0: error: silent for more than 2 s" in lines[0]
+    assert "rank 2 on h2 (epoch 1: step of 2)" in lines[0]
+    assert "rank 0 on h0 was in epoch 1: step of 0" in lines[0]
     beat = read_heartbeat(tmp_path / HEARTBEATS / "rank_1")
-    assert beat is not None and beat[1] == os.getpid() and beat[2] == "epoch 1: step of 1"
+    assert beat is not None and beat.pid == os.getpid() and beat.doing == "epoch 1: step of 1"
+    assert beat.host == "h1" and beat.call is None and beat.stalled_s == 0
 
 
 def test_beating_ranks_are_never_ended(tmp_path: Path) -> None:
@@ -51,6 +58,149 @@ def test_beating_ranks_are_never_ended(tmp_path: Path) -> None:
         dog.stop()
     assert exits == []
     assert not (tmp_path / HEARTBEATS).exists(), "a finished run leaves no heartbeat files"
+
+
+# -- ranks driven tick by tick on a simulated clock ----------------------------------------------
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Waits:
+    """A rank's MPI wait as the watchdog sees it: (call, peers, stalled seconds); ``stall_from``
+    makes the wait's last progress a time on the clock."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock, self.call, self.peers, self.since = clock, None, None, 0.0
+
+    def set(self, call: str | None, peers: tuple | None = None) -> None:
+        self.call, self.peers, self.since = call, peers, self.clock.t
+
+    def now(self) -> tuple:
+        return self.call, self.peers, (self.clock.t - self.since) if self.call else 0.0
+
+
+class MemoryFolder(HeartbeatFolder):
+    """Heartbeats in memory, every write kept with its time; reads serve the content as it was
+    ``lag`` seconds ago (a network filesystem's stale cache); operations counted."""
+
+    def __init__(self, clock: Clock, lag: float = 0.0) -> None:
+        self.clock, self.lag = clock, lag
+        self.history: dict[int, list[tuple[float, Heartbeat]]] = {}
+        self.reads = self.writes = 0
+
+    def make(self) -> None:
+        pass
+
+    def write(self, rank: int, beat: Heartbeat) -> None:
+        self.writes += 1
+        self.history.setdefault(rank, []).append((self.clock.t, beat))
+
+    def read(self, rank: int) -> Heartbeat | None:
+        self.reads += 1
+        seen = [b for t, b in self.history.get(rank, []) if t <= self.clock.t - self.lag]
+        return seen[-1] if seen else None
+
+    def remove(self, rank: int) -> None:
+        self.history.pop(rank, None)
+
+
+def ranks(size: int, timeout: float = 10.0, lag: float = 0.0):
+    """``size`` watchdogs on one simulated clock and folder: (clock, folder, waits, dogs, exits)."""
+    clock = Clock()
+    folder = MemoryFolder(clock, lag)
+    waits = [Waits(clock) for _ in range(size)]
+    exits: dict[int, int] = {}
+    dogs = [Watchdog(Path("."), k, size, timeout, phase=lambda k=k: f"epoch 2: part of {k}",
+                     exit=lambda code, k=k: exits.setdefault(k, code), waits=waits[k],
+                     folder=folder, host=f"mh{k + 1}", clock=clock) for k in range(size)]
+    for dog in dogs:
+        dog.beat()
+    return clock, folder, waits, dogs, exits
+
+
+def run_for(seconds: float, clock: Clock, dogs: list[Watchdog], frozen=()) -> None:
+    """Tick every dog but the ``frozen`` ones once per interval for ``seconds``."""
+    end = clock.t + seconds
+    while clock.t < end:
+        clock.t += dogs[0].interval
+        for dog in dogs:
+            if dog.rank not in frozen:
+                dog.tick()
+
+
+def test_every_rank_stalled_in_mpi_ends_the_job_naming_hosts_and_peers(capfd) -> None:
+    """A cut link between mh2 and the others (P = 3): ranks 0 and 2 wait for rank 1 in an
+    exchange, rank 1 waits for them; none progresses. Rank 0 names each group; everyone exits."""
+    clock, _, waits, dogs, exits = ranks(3)
+    run_for(5, clock, dogs)
+    waits[0].set("exchange_rows(forward, broadcast)", (1,))
+    run_for(4, clock, dogs)
+    waits[2].set("exchange_rows(forward, broadcast)", (1,))
+    waits[1].set("exchange_rows(forward, broadcast)", (0, 2))
+    run_for(9, clock, dogs)
+    assert exits == {}, "ended before every rank had stalled for the timeout"
+    run_for(2 + 4 * dogs[0].interval, clock, dogs)
+    assert exits == {0: 3, 1: 3, 2: 3}
+    lines = [l for l in capfd.readouterr().err.splitlines() if l.startswith("distgnn train:")]
+    assert len(lines) == 1, lines
+    assert ("no rank has made progress for more than 10 s (--hang-timeout), every one waiting "
+            "inside MPI: ranks 0 (mh1), 2 (mh3) wait for rank 1 (mh2) in exchange_rows(forward, "
+            "broadcast) (epoch 2: part of 0); rank 1 (mh2) waits for ranks 0 (mh1), 2 (mh3) in "
+            "exchange_rows(forward, broadcast) (epoch 2: part of 1)") in lines[0], lines[0]
+
+
+def test_a_straggler_or_a_computing_rank_is_never_ended() -> None:
+    """Rank 1 computes for 60 s while rank 0 waits for it; then rank 1 waits on a slow link whose
+    pieces arrive every 5 s (timeout 10 s) while rank 0 waits without progress: nothing ends."""
+    clock, _, waits, dogs, exits = ranks(2)
+    waits[0].set("allreduce_sum_(gradients)", None)
+    run_for(60, clock, dogs)
+    waits[1].set("exchange_rows(backward, reduce)", (0,))
+    for _ in range(16):
+        run_for(5, clock, dogs)
+        waits[1].set("exchange_rows(backward, reduce)", (0,))  # a piece arrived
+    assert exits == {}
+    waits[1].set("exchange_rows(backward, reduce)", (0,))
+    run_for(12 + 3 * dogs[0].interval, clock, dogs)  # the link now moves nothing
+    assert exits == {0: 3, 1: 3}
+
+
+def test_a_heartbeat_interval_costs_o_p_file_operations_at_p_128() -> None:
+    clock, folder, _, dogs, _ = ranks(128, timeout=600)
+    run_for(3 * dogs[0].interval, clock, dogs)
+    folder.reads = folder.writes = 0
+    run_for(dogs[0].interval, clock, dogs)
+    # rank 0 reads the 127 others, each of them reads rank 0; every rank writes its own file
+    assert (folder.reads, folder.writes) == (2 * 127, 128)
+
+
+def test_stale_reads_raise_no_false_alarm_and_a_frozen_rank_is_still_found(capfd) -> None:
+    """Reads that serve each file as it was 60 s ago (an attribute cache on NFS) at P = 128 and a
+    timeout of 120 s: nothing ends over 10 timeouts; a rank frozen afterwards is named within
+    timeout + lag + an interval, and rank 0 exits two intervals later."""
+    clock, _, _, dogs, exits = ranks(128, timeout=120, lag=60)
+    run_for(1200, clock, dogs)
+    assert exits == {}
+    frozen_at = clock.t
+    while not exits and clock.t - frozen_at < 400:
+        run_for(dogs[0].interval, clock, dogs, frozen=(77,))
+    assert exits.get(0) == 3 and clock.t - frozen_at <= 120 + 60 + 3 * dogs[0].interval
+    line = capfd.readouterr().err
+    assert "silent for more than 120 s (--hang-timeout): rank 77 on mh78 (epoch 2: part of 77)" in line
+
+
+def test_rank_1_reports_a_silent_rank_0(capfd) -> None:
+    clock, _, _, dogs, exits = ranks(3)
+    run_for(5, clock, dogs)
+    run_for(11 + 3 * dogs[0].interval, clock, dogs, frozen=(0,))
+    assert exits == {1: 3, 2: 3}
+    lines = [l for l in capfd.readouterr().err.splitlines() if l.startswith("distgnn train:")]
+    assert len(lines) == 1 and lines[0].startswith("distgnn train: rank 1: error: silent") \
+        and "rank 0 on mh1 (epoch 2: part of 0)" in lines[0], lines
 
 
 @pytest.mark.mpi
@@ -71,7 +221,7 @@ def test_sigstop_of_one_of_two_ranks_ends_the_mpiexec_job(tmp_path: Path) -> Non
             time.sleep(0.2)
         beat = read_heartbeat(run / HEARTBEATS / "rank_1")
         assert beat is not None
-        os.kill(beat[1], signal.SIGSTOP)
+        os.kill(beat.pid, signal.SIGSTOP)
         stopped = time.monotonic()
         _, stderr = proc.communicate(timeout=120)
     finally:
@@ -80,4 +230,5 @@ def test_sigstop_of_one_of_two_ranks_ends_the_mpiexec_job(tmp_path: Path) -> Non
     assert time.monotonic() - stopped < 60, "the job did not end within 60 s"
     assert proc.returncode != 0
     ours = [l for l in stderr.splitlines() if l.startswith("distgnn train:")]
-    assert len(ours) == 1 and "rank 1 (epoch" in ours[0] and "--hang-timeout" in ours[0], stderr[-3000:]
+    assert len(ours) == 1 and f"rank 1 on {socket.gethostname()} (epoch" in ours[0] \
+        and "--hang-timeout" in ours[0], stderr[-3000:]
