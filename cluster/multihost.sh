@@ -1,34 +1,45 @@
 #!/usr/bin/env bash
 # An emulated cluster of N hosts on this machine, for tests and demos (Debian/Ubuntu, as root):
-# each host a Linux network namespace with its own address, hostname, /etc/hosts and node-local
-# /scratch, all on one bridge; one slurmctld on its own host, one slurmd per host, one munged.
+# each host a Linux network namespace with its own hostname, /etc/hosts and node-local /scratch
+# and two networks, as a cluster has: the fabric (eth0, MPI's) and the management network (eth1,
+# Slurm's), each a bridge; one slurmctld on its own host, one slurmd per host, one munged.
 # How and why: docs/design.md#multihost.
 #
 #   cluster/multihost.sh start [--hosts N] [--rate R]   start (idempotent; N default 2, at most 200;
 #                                                   R: every link's rate, tc syntax, e.g. 1gbit)
 #   cluster/multihost.sh stop                       end what start started (PID files, namespaces)
 #   cluster/multihost.sh status                     each daemon, each host's link, and sinfo
-#   cluster/multihost.sh link HOST down|up          cut a host off the bridge, or reconnect it
-#   cluster/multihost.sh link HOST rate R|off       shape its link both ways (tbf), or unshape it
+#   cluster/multihost.sh link HOST down|up [--all]  cut a host off the fabric (MPI's network), or
+#                                                   with --all off both networks (Slurm loses it
+#                                                   too); up reconnects both and waits until Slurm
+#                                                   serves the host again
+#   cluster/multihost.sh link HOST rate R|off       shape its fabric link both ways (tbf), or not
+#   cluster/multihost.sh lose HOST                  lose a host whole: kill every process on it,
+#                                                   its slurmd included
+#   cluster/multihost.sh revive HOST                boot it again (new slurmd, empty /scratch) and
+#                                                   wait until Slurm serves it
 #   cluster/multihost.sh exec HOST CMD...           run CMD on a host (or on the controller, mhctl)
 #                                                   with SLURM_CONF set: sinfo, sbatch, srun ...
 #   cluster/multihost.sh env                        print the shell variables the cluster uses
 #
-# Hosts are mh1..mhN at SUBNET.11.., the controller mhctl at SUBNET.1 (SUBNET default 10.77.0).
+# Hosts are mh1..mhN at SUBNET.11.. on the fabric and MGMT_SUBNET.11.. on the management network,
+# the controller mhctl at .1 (SUBNET default 10.77.0, MGMT_SUBNET 10.78.0); host names resolve to
+# management addresses, Slurm talks there, Open MPI on the fabric only.
 # All state (slurm.conf, munge key and socket, spools, logs, PID files) lives under MULTIHOST_DIR
 # (default /tmp/distgnn-multihost); its etc/hosts and etc/slurm are bound over /etc/hosts and
 # /etc/slurm inside each host only (Slurm's clients in a job find the cluster as on a real node).
 # Nothing in /etc is written, so it runs beside cluster/local-slurm.sh. Every folder outside
 # MULTIHOST_DIR is shared by all hosts, as a cluster's network filesystem is; MULTIHOST_SCRATCH (default /scratch) is each host's own tmpfs
-# (MULTIHOST_SCRATCH_MB, default 256). Open MPI between hosts: TCP on the bridge (the btl and
+# (MULTIHOST_SCRATCH_MB, default 256). Open MPI between hosts: TCP on the fabric (the btl and
 # interface variables `env` prints; shared memory needs one host).
 set -euo pipefail
 
 STATE=${MULTIHOST_DIR:-/tmp/distgnn-multihost}
 SUBNET=${MULTIHOST_SUBNET:-10.77.0}
+MGMT_SUBNET=${MULTIHOST_MGMT_SUBNET:-10.78.0}
 SCRATCH=${MULTIHOST_SCRATCH:-/scratch}
 SCRATCH_MB=${MULTIHOST_SCRATCH_MB:-256}
-PREFIX=dgmh                       # namespaces dgmh-sw (the bridge), dgmh-mhctl, dgmh-mh1 ...
+PREFIX=dgmh                       # namespaces dgmh-sw (the bridges), dgmh-mhctl, dgmh-mh1 ...
 CONF="$STATE/etc/slurm/slurm.conf"   # bound over /etc/slurm on every host
 MUNGE_SOCKET="$STATE/munge/munge.socket"
 SUDO=""
@@ -39,9 +50,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 hosts_of() {  # the hosts of the running (or last written) cluster, one per line
   [ -f "$STATE/hosts.list" ] && cat "$STATE/hosts.list"
 }
-address() {  # address HOST
-  if [ "$1" = mhctl ]; then echo "$SUBNET.1"; else echo "$SUBNET.$((10 + ${1#mh}))"; fi
+address() {  # address HOST [SUBNET]: its address on the fabric (or on SUBNET)
+  local net=${2:-$SUBNET}
+  if [ "$1" = mhctl ]; then echo "$net.1"; else echo "$net.$((10 + ${1#mh}))"; fi
 }
+mgmt_address() { address "$1" "$MGMT_SUBNET"; }
 ctld_pid() { echo "$STATE/run/slurmctld.pid"; }
 slurmd_pid() { echo "$STATE/run/slurmd-$1.pid"; }
 anchor_pid() {  # anchor_pid HOST: the daemon whose namespaces are the host's
@@ -58,7 +71,7 @@ in_host() {  # in_host HOST CMD...: run CMD in the host's network, hostname and 
     env SLURM_CONF="$CONF" $(mpi_env) "$@"
 }
 
-mpi_env() {  # Open MPI over TCP on the bridge only
+mpi_env() {  # Open MPI over TCP on the fabric only
   echo "OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=$SUBNET.0/24" \
        "OMPI_MCA_oob_tcp_if_include=$SUBNET.0/24 PMIX_MCA_ptl_tcp_if_include=$SUBNET.0/24"
 }
@@ -72,13 +85,13 @@ write_conf() {  # write_conf HOST...
   chmod 700 "$STATE/munge"
   {
     echo "127.0.0.1 localhost"
-    echo "$(address mhctl) mhctl"
-    for h in "$@"; do echo "$(address "$h") $h"; done
+    echo "$(mgmt_address mhctl) mhctl"
+    for h in "$@"; do echo "$(mgmt_address "$h") $h"; done
   } > "$STATE/etc/hosts"
   cat > "$CONF.tmp" <<EOF
 # Written by cluster/multihost.sh: an emulated cluster of $# hosts (network namespaces).
 ClusterName=distgnn-multihost
-SlurmctldHost=mhctl($(address mhctl))
+SlurmctldHost=mhctl($(mgmt_address mhctl))
 AuthInfo=socket=$MUNGE_SOCKET
 $(slurm_common_conf)
 TaskPlugin=task/none
@@ -90,12 +103,12 @@ SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd-%n.log
 # each host's own: PMIx's per-step folders would collide in a /tmp every host shares
 TmpFS=$SCRATCH
-# a host cut off is DOWN within about 20 s (the tests' bound), its jobs requeued
+# a host cut off the management network is DOWN within about 20 s (the tests' bound)
 SlurmdTimeout=15
 MessageTimeout=5
 EOF
   for h in "$@"; do
-    echo "NodeName=$h NodeAddr=$(address "$h") CPUs=$cpus RealMemory=$mem State=UNKNOWN" >> "$CONF.tmp"
+    echo "NodeName=$h NodeAddr=$(mgmt_address "$h") CPUs=$cpus RealMemory=$mem State=UNKNOWN" >> "$CONF.tmp"
   done
   echo "PartitionName=hosts Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >> "$CONF.tmp"
   echo "PMIxCliTmpDirBase=$SCRATCH" > "$STATE/etc/slurm/mpi.conf"
@@ -113,16 +126,22 @@ start_munge() {
     --seed-file="$STATE/munge/munged.seed"
 }
 
-add_link() {  # add_link HOST: its namespace, a veth pair to the bridge, its address
-  local ns="$PREFIX-$1" veth="v-$1"
+add_link() {  # add_link HOST: its namespace, a veth pair to each bridge, its addresses
+  local ns="$PREFIX-$1"
   [ -e "/run/netns/$ns" ] || ip netns add "$ns"
-  if ! ip -n "$ns" link show eth0 >/dev/null 2>&1; then
-    ip link add "$veth" netns "$PREFIX-sw" type veth peer name eth0 netns "$ns"
-    ip -n "$PREFIX-sw" link set "$veth" master br0 up
-    ip -n "$ns" addr add "$(address "$1")/24" dev eth0
-  fi
   ip -n "$ns" link set lo up
-  ip -n "$ns" link set eth0 up
+  # eth0 on the fabric (br0, veth v-HOST), eth1 on the management network (br1, veth m-HOST)
+  local dev bridge veth addr
+  for dev in eth0 eth1; do
+    if [ $dev = eth0 ]; then bridge=br0 veth="v-$1" addr=$(address "$1")
+    else bridge=br1 veth="m-$1" addr=$(mgmt_address "$1"); fi
+    if ! ip -n "$ns" link show $dev >/dev/null 2>&1; then
+      ip link add "$veth" netns "$PREFIX-sw" type veth peer name $dev netns "$ns"
+      ip -n "$PREFIX-sw" link set "$veth" master $bridge up
+      ip -n "$ns" addr add "$addr/24" dev $dev
+    fi
+    ip -n "$ns" link set $dev up
+  done
 }
 
 shape() {  # shape HOST RATE|off: tbf on both ends of the host's link (tbf shapes egress only)
@@ -162,6 +181,23 @@ wait_idle() {  # wait_idle N: until N hosts are idle (or 60 s)
   return 1
 }
 
+wait_host() {  # wait_host HOST: until Slurm serves the host again (or 60 s)
+  local state=""
+  for _ in $(seq 1 120); do
+    state=$(in_host mhctl sinfo -h -N -n "$1" -o '%t' 2>/dev/null | head -n 1 || true)
+    case "$state" in idle|mix|alloc) return 0 ;; esac   # a '*' suffix: not responding yet
+    # slurmctld pings a DOWN host only every minute or two; once its slurmd answers on the
+    # management network, RESUME returns it now (never before: a job sent to a host whose
+    # slurmd is not up yet fails)
+    if in_host mhctl timeout 1 bash -c "exec 3<>/dev/tcp/$(mgmt_address "$1")/6818" 2>/dev/null; then
+      in_host mhctl scontrol update NodeName="$1" State=RESUME >/dev/null 2>&1 || true
+    fi
+    sleep 0.5
+  done
+  log "$1: not back in service after 60 s (state '$state'); logs in $STATE/log"
+  return 1
+}
+
 start() {
   local n=2 rate=""
   while [ $# -gt 0 ]; do
@@ -178,7 +214,9 @@ start() {
   local hosts=() running=1
   for i in $(seq 1 "$n"); do hosts+=("mh$i"); done
   if [ "$(hosts_of | tr '\n' ' ')" != "${hosts[*]} " ]; then running=0; fi
-  for h in mhctl "${hosts[@]}"; do pid_alive "$(anchor_pid "$h")" || running=0; done
+  for h in mhctl "${hosts[@]}"; do
+    pid_alive "$(anchor_pid "$h")" && ip -n "$PREFIX-$h" link show eth1 >/dev/null 2>&1 || running=0
+  done
   if [ $running = 1 ] && pid_alive "$STATE/munge/munged.pid"; then
     [ -z "$rate" ] || for h in "${hosts[@]}"; do shape "$h" "$rate"; done
     wait_idle "$n" && { log "already running: ${hosts[*]}"; return 0; }
@@ -188,8 +226,10 @@ start() {
   write_conf "${hosts[@]}"
   start_munge
   [ -e "/run/netns/$PREFIX-sw" ] || ip netns add "$PREFIX-sw"
-  ip -n "$PREFIX-sw" link show br0 >/dev/null 2>&1 || ip -n "$PREFIX-sw" link add br0 type bridge
-  ip -n "$PREFIX-sw" link set br0 up
+  for br in br0 br1; do
+    ip -n "$PREFIX-sw" link show $br >/dev/null 2>&1 || ip -n "$PREFIX-sw" link add $br type bridge
+    ip -n "$PREFIX-sw" link set $br up
+  done
   for h in mhctl "${hosts[@]}"; do add_link "$h"; done
   [ -z "$rate" ] || for h in "${hosts[@]}"; do shape "$h" "$rate"; done
   launch_in_host mhctl slurmctld -c -f "$CONF"   # -c: no state of an earlier cluster
@@ -217,26 +257,58 @@ status() {
   if pid_alive "$STATE/munge/munged.pid"; then echo "munged: running (pid $(cat "$STATE/munge/munged.pid"))"
   else echo "munged: stopped"; rc=3; fi
   for h in mhctl $(hosts_of); do
-    local daemon=slurmd link
+    local daemon=slurmd link mgmt
     [ "$h" = mhctl ] && daemon=slurmctld
     link=$(ip -n "$PREFIX-sw" -o link show "v-$h" 2>/dev/null | grep -o 'state [A-Z]*' || echo "state none")
+    mgmt=$(ip -n "$PREFIX-sw" -o link show "m-$h" 2>/dev/null | grep -o 'state [A-Z]*' || echo "state none")
     if pid_alive "$(anchor_pid "$h")"; then
-      echo "$h ($(address "$h")): $daemon running (pid $(cat "$(anchor_pid "$h")")), link ${link#state }"
+      echo "$h ($(address "$h")): $daemon running (pid $(cat "$(anchor_pid "$h")")), link ${link#state }, management ${mgmt#state }"
     else echo "$h: $daemon stopped"; rc=3; fi
   done
   [ $rc = 0 ] && in_host mhctl sinfo -N
   return $rc
 }
 
+known_host() {  # known_host VERB HOST: exit 2 with one line unless HOST is one of the hosts
+  hosts_of | grep -qx "$2" || { log "$1: unknown host '$2' (hosts: $(hosts_of | tr '\n' ' '))"; return 2; }
+}
+
 link() {
-  local host=${1:-} what=${2:-}
-  hosts_of | grep -qx "$host" || { log "link: unknown host '$host' (hosts: $(hosts_of | tr '\n' ' '))"; return 2; }
+  local host=${1:-} what=${2:-} all=${3:-}
+  known_host link "$host" || return 2
   case "$what" in
-    down|up) ip -n "$PREFIX-sw" link set "v-$host" "$what" ;;
+    down) case "$all" in
+            "") ip -n "$PREFIX-sw" link set "v-$host" down ;;
+            --all) ip -n "$PREFIX-sw" link set "v-$host" down
+                   ip -n "$PREFIX-sw" link set "m-$host" down ;;
+            *) log "link $host down: unknown option '$all' (expected --all)"; return 2 ;;
+          esac ;;
+    up) ip -n "$PREFIX-sw" link set "v-$host" up
+        ip -n "$PREFIX-sw" link set "m-$host" up
+        wait_host "$host" ;;
     rate) [ -n "${3:-}" ] || { log "link $host rate: expected a rate (e.g. 100mbit) or off"; return 2; }
           shape "$host" "$3" ;;
-    *) log "link: expected HOST down|up|rate R|rate off"; return 2 ;;
+    *) log "link: expected HOST down [--all]|up|rate R|rate off"; return 2 ;;
   esac
+}
+
+lose() {  # every process in the host's network namespace, its slurmd (the host's anchor) included
+  local host=${1:-}
+  known_host lose "$host" || return 2
+  ip netns pids "$PREFIX-$host" | xargs -r kill -9 2>/dev/null || true
+  log "$host lost: every process on it killed"
+}
+
+revive() {
+  local host=${1:-}
+  known_host revive "$host" || return 2
+  if ! pid_alive "$(slurmd_pid "$host")"; then
+    # a boot starts from an empty spool: the killed steps' sockets would refuse a requeued job's
+    # step of the same id ("Cannot bind() UNIX socket ... stepd.slurm.pmix.<job>.0")
+    find "$STATE/spool/slurmd/$host" -mindepth 1 -delete 2>/dev/null || true
+    launch_in_host "$host" slurmd -f "$CONF" -N "$host"
+  fi
+  wait_host "$host"
 }
 
 case "${1:-}" in
@@ -244,8 +316,10 @@ case "${1:-}" in
   stop) stop ;;
   status) status ;;
   link) shift; link "$@" ;;
+  lose) shift; lose "$@" ;;
+  revive) shift; revive "$@" ;;
   exec) shift; [ $# -ge 2 ] || { log "exec: expected HOST CMD..."; exit 2; }; in_host "$@" ;;
   env) echo "SLURM_CONF=$CONF $(mpi_env)" ;;
-  *) echo "usage: $0 start [--hosts N] [--rate R]|stop|status|link HOST down|up|rate R|exec HOST CMD...|env" >&2
+  *) echo "usage: $0 start [--hosts N] [--rate R]|stop|status|link HOST down [--all]|up|rate R|lose HOST|revive HOST|exec HOST CMD...|env" >&2
      exit 2 ;;
 esac

@@ -15,7 +15,7 @@ from distgnn.cli import build_parser
 from distgnn.commands.launch import train_argv
 from distgnn.errors import DistgnnError
 from distgnn.launch import launch, load_preset, num_parts
-from distgnn.launch.tasks import MpiexecTask, RankTask, mpiexec_argv, with_resume
+from distgnn.launch.tasks import MpiexecTask, RankTask, mpiexec_argv, requeued_argv, with_resume
 
 PROBE = str(REPO / "tests" / "mpi_scripts" / "launch_probe.py")
 PRESETS = REPO / "cluster" / "submitit.yaml"
@@ -64,6 +64,22 @@ def test_presets_and_train_command(tmp_path):
     assert isinstance(resumed, RankTask) and resumed.argv[-1] == "--resume"
     resumed = MpiexecTask(["distgnn", "train", "p"], 4, 1).checkpoint().function
     assert resumed.argv[-1] == "--resume" and resumed.ranks == 4
+
+
+def test_a_job_slurm_requeued_resumes(monkeypatch) -> None:
+    """A node failure's requeue (SLURM_RESTART_COUNT > 0) runs the command with --resume: without
+    it the trainer would start again and clear the checkpoints it should continue from."""
+    argv = ["distgnn", "train", "p"]
+    monkeypatch.delenv("SLURM_RESTART_COUNT", raising=False)
+    assert requeued_argv(argv) == argv
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "0")
+    assert requeued_argv(argv) == argv
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    assert requeued_argv(argv) == [*argv, "--resume"]
+    assert requeued_argv([*argv, "--resume"]) == [*argv, "--resume"]
+
+
+def test_mpiexec_argv_oversubscribes_past_the_cores() -> None:
     oversub = mpiexec_argv(["x.py"], ranks=4, cores=2)
     assert oversub[:3] == ["mpiexec", "-n", "4"] and "--oversubscribe" in oversub
     assert "--oversubscribe" not in mpiexec_argv(["x.py"], ranks=2, cores=2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,7 +17,8 @@ from conftest import REPO, mpiexec, partitioned_twin
 
 pytestmark = pytest.mark.multihost
 SCRIPT = REPO / "cluster" / "multihost.sh"
-HOSTS = {"mh1": "10.77.0.11", "mh2": "10.77.0.12"}
+HOSTS = {"mh1": "10.77.0.11", "mh2": "10.77.0.12"}  # on the fabric (MPI's network)
+MANAGEMENT = {"mh1": "10.78.0.11", "mh2": "10.78.0.12"}  # Slurm's network
 
 
 def cluster(*args: str, timeout: float = 120, check: bool = True, cwd: Path = REPO,
@@ -44,8 +46,10 @@ def test_each_host_has_its_name_address_and_scratch(multihost) -> None:
     probe = f"probe-{uuid.uuid4().hex}"
     # the first step writes each host's name into its /scratch, the second reads it back
     srun("sh", "-c", f"hostname > /scratch/{probe}")
-    lines = srun("sh", "-c", f"echo $(hostname) $(hostname -I) $(cat /scratch/{probe})")
-    assert lines == [f"{h} {a} {h}" for h, a in HOSTS.items()]
+    lines = srun("sh", "-c", f"echo $(hostname) $(hostname -I) $(getent hosts $(hostname)) "
+                 f"$(cat /scratch/{probe})")
+    # its fabric and management addresses; its name resolves to the latter, as Slurm's NodeAddr
+    assert lines == [f"{h} {a} {MANAGEMENT[h]} {MANAGEMENT[h]} {h} {h}" for h, a in HOSTS.items()]
     assert not (Path("/scratch") / probe).exists()  # this host's /scratch is not theirs
 
 
@@ -134,21 +138,22 @@ except OSError as exc:
 """
 
 
-def test_link_down_cuts_a_host_off_and_up_brings_it_back(multihost) -> None:
-    def reach() -> str:
-        return cluster("exec", "mh1", sys.executable, "-c", CONNECT, HOSTS["mh2"], "2").stdout.strip()
+def test_link_down_cuts_the_fabric_or_the_whole_host_and_up_brings_it_back(multihost) -> None:
+    def reach(address: str) -> str:
+        return cluster("exec", "mh1", sys.executable, "-c", CONNECT, address, "2").stdout.strip()
 
-    assert reach() == "connected"
+    assert reach(HOSTS["mh2"]) == reach(MANAGEMENT["mh2"]) == "connected"
     try:
-        cluster("link", "mh2", "down")
-        assert reach().startswith("failed")
+        cluster("link", "mh2", "down")  # the fabric only: Slurm still reaches mh2
+        assert reach(HOSTS["mh2"]).startswith("failed")
+        assert reach(MANAGEMENT["mh2"]) == "connected"
+        cluster("link", "mh2", "down", "--all")
+        assert reach(MANAGEMENT["mh2"]).startswith("failed")
     finally:
-        cluster("link", "mh2", "up")
-    deadline = time.monotonic() + 10
-    while reach() != "connected":
-        assert time.monotonic() < deadline, "mh2 unreachable after link up"
-        time.sleep(0.2)
+        cluster("link", "mh2", "up")  # returns once Slurm serves mh2 again
+    assert reach(HOSTS["mh2"]) == reach(MANAGEMENT["mh2"]) == "connected"
     assert cluster("link", "mh9", "down", check=False).returncode == 2
+    assert cluster("link", "mh2", "down", "--al", check=False).returncode == 2
 
 
 def losses(run: Path) -> list[float]:
@@ -203,3 +208,174 @@ def test_a_node_local_run_folder_is_refused_naming_the_hosts(multihost, tmp_path
     assert (f"--out {run}: not one folder for every rank: rank 1 (mh2) cannot see what rank 0 "
             f"(mh1) writes there") in out, out[-3000:]
     assert out.strip().splitlines()[-1].startswith("distgnn launch: error: job ")
+
+
+# -- faults across hosts (docs/design.md#progress, docs/design.md#watchdog) ----------------------
+FAULT_RUN = ["--algo", "cd-0", "--layers", "2", "--hidden", "16", "--eval-every", "0"]
+
+
+def launch_on_hosts(partdir: Path, run: Path, logs: Path, *args: str) -> subprocess.Popen:
+    """``distgnn launch`` of P ranks on P hosts from the controller, in the background, tiling
+    off (so a resumed run can be compared with an uninterrupted one)."""
+    return subprocess.Popen(
+        ["bash", str(SCRIPT), "exec", "mhctl", sys.executable, "-m", "distgnn", "launch",
+         str(partdir), "--executor", "slurm", "--preset", "multihost", "--log-dir", str(logs),
+         "--out", str(run), *FAULT_RUN, *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "DISTGNN_TILES": "off"})
+
+
+def checkpoints(run: Path) -> list[int]:
+    """Epochs of the complete checkpoints in ``run`` (those with a manifest), ascending."""
+    return sorted(int(p.parent.name.split("_")[1])
+                  for p in (run / "checkpoints").glob("epoch_*/manifest.json"))
+
+
+def wait_until(predicate, proc: subprocess.Popen, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"the job ended before {what}: {proc.stderr.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"no {what} after {seconds} s"
+        time.sleep(0.1)
+
+
+def ended_within(proc: subprocess.Popen, since: float, bound: float) -> str:
+    """Wait for the launch to end (it must fail); its stderr. Fails unless within ``bound``
+    seconds of ``since``."""
+    try:
+        _, err = proc.communicate(timeout=bound + 60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"the job still ran {bound + 60:.0f} s after the fault")
+    took = time.monotonic() - since
+    print(f"the job ended {took:.1f} s after the fault")  # the figure docs/reliability.md cites
+    assert proc.returncode != 0, err[-3000:]
+    assert took < bound, f"the job ended {took:.0f} s after the fault (bound {bound} s)"
+    return err
+
+
+def job_lines(logs: Path, err: str, needle: str) -> list[str]:
+    text = err + "".join(p.read_text(errors="replace") for p in logs.rglob("*.err"))
+    return [line for line in text.splitlines() if needle in line]
+
+
+def processes_on(host: str, needle: str) -> list[str]:
+    """Command lines of the processes on ``host`` (its network namespace) that mention ``needle``."""
+    pids = subprocess.run(["ip", "netns", "pids", f"dgmh-{host}"], capture_output=True,
+                          text=True).stdout.split()
+    found = []
+    for pid in pids:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if needle in cmdline:
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+def job_state(job_id: str) -> str:
+    show = cluster("exec", "mhctl", "scontrol", "show", "job", job_id, check=False).stdout
+    state = re.search(r"JobState=(\S+)", show)
+    restarts = re.search(r"Restarts=(\d+)", show)
+    return f"{state.group(1) if state else '?'} restarts={restarts.group(1) if restarts else '?'}"
+
+
+@pytest.mark.slow
+def test_a_cut_link_ends_the_job_in_bounded_time_and_a_resume_reproduces_the_run(
+        multihost, tmp_path) -> None:
+    _, partdir = partitioned_twin(tmp_path, 2, scale=0.01)
+    run, logs = tmp_path / "run", tmp_path / "logs"
+    proc = launch_on_hosts(partdir, run, logs, "--epochs", "100000", "--checkpoint-every", "4",
+                           "--hang-timeout", "10")
+    try:
+        wait_until(lambda: len(checkpoints(run)) >= 2, proc, 240, "second checkpoint")
+        cluster("link", "mh2", "down")
+        cut = time.monotonic()
+        err = ended_within(proc, cut, 40)
+        # no rank is left on the cut-off host (a rank is a submitit task)
+        assert processes_on("mh2", "submitit") == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster("link", "mh2", "up")  # waits until Slurm serves mh2 again
+    lines = job_lines(logs, err, "no rank has made progress for more than 10 s (--hang-timeout)")
+    assert len(set(lines)) == 1, (err[-2000:], lines)  # relayed live and in the log: one line
+    assert re.search(r"rank 0 \(mh1\) waits for (rank 1 \(mh2\)|every rank)", lines[0]), lines[0]
+    assert "rank 1 (mh2) waits for" in lines[0], lines[0]
+    job_id = re.search(r"submitted slurm job (\S+)", err).group(1)
+    assert job_state(job_id) == "FAILED restarts=0"  # the watchdog's end is no requeue
+    # an explicit relaunch resumes from the newest checkpoint and reproduces the run
+    resume_at = checkpoints(run)[-1]
+    epochs = ["--epochs", str(resume_at + 2), "--checkpoint-every", "4"]
+    again = launch_on_hosts(partdir, run, logs, *epochs, "--resume")
+    _, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    local = mpiexec(2, "train", partdir, "--out", tmp_path / "local", "--threads", "1",
+                    *FAULT_RUN, *epochs, env={"DISTGNN_TILES": "off"})
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert losses(run) == pytest.approx(losses(tmp_path / "local"), rel=1e-6)
+    assert len(losses(run)) == resume_at + 2
+
+
+def wait_for_state(job_id: str, wanted: tuple[str, ...], seconds: float) -> str:
+    deadline = time.monotonic() + seconds
+    while (state := job_state(job_id)) not in wanted and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return state
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault, heal, line", [
+    (("link", "mh2", "down", "--all"), ("link", "mh2", "up"),
+     r"no rank has made progress for more than 10 s \(--hang-timeout\).* rank 1 \(mh2\) waits for"),
+    (("lose", "mh2"), ("revive", "mh2"),
+     r"silent for more than 10 s \(--hang-timeout\): rank 1 on mh2 \(epoch"),
+], ids=["cut-off", "lost"])
+def test_a_host_cut_off_or_lost_ends_its_ranks_and_the_requeued_job_resumes(
+        multihost, tmp_path, fault, heal, line) -> None:
+    """Slurm loses the host too: the watchdog ends the ranks (those on a cut-off host end
+    themselves, no srun can reach them) with one line naming the node. Whoever is first decides
+    the job's fate: Slurm, seeing the node fail, requeues the job, which resumes from the newest
+    checkpoint once the host is back; the watchdog, ending the step first, leaves it FAILED, and
+    an explicit relaunch with --resume continues. Either way every epoch is trained once."""
+    _, partdir = partitioned_twin(tmp_path, 2, scale=0.01)
+    run, logs = tmp_path / "run", tmp_path / "logs"
+    common = ["--epochs", "120", "--checkpoint-every", "4", "--hang-timeout", "10"]
+    proc = launch_on_hosts(partdir, run, logs, *common)
+    try:
+        wait_until(lambda: len(checkpoints(run)) >= 2, proc, 240, "second checkpoint")
+        job_id = next(p.name for p in logs.iterdir() if p.name.isdigit())
+        cluster(*fault)
+        hit = time.monotonic()
+        state = wait_for_state(job_id, ("PENDING restarts=1", "FAILED restarts=0"), 60)
+        print(f"{state} {time.monotonic() - hit:.1f} s after the fault")
+        assert state in ("PENDING restarts=1", "FAILED restarts=0")
+        assert processes_on("mh2", "submitit") == []  # no rank left on the host
+        assert time.monotonic() - hit < 60
+        found = job_lines(logs, "", "--hang-timeout")
+        assert any(re.search(line, l) for l in found), found
+        kept = checkpoints(run)[-1]
+        cluster(*heal)
+        # the host's step of the job's first run ends once Slurm, reached again, tells it to: the
+        # requeued job keeps its id, and a new step beside a stale one of the same id cannot
+        # start (PMIx's socket is taken)
+        deadline = time.monotonic() + 60
+        while processes_on("mh2", "slurmstepd") and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if state.startswith("PENDING"):
+            cluster("exec", "mhctl", "scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        else:
+            assert proc.wait(timeout=120) != 0
+            proc = launch_on_hosts(partdir, run, logs, *common, "--resume")
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        cluster(*heal)
+    assert proc.returncode == 0, err[-3000:]
+    epochs = [json.loads(l)["epoch"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == list(range(1, 121))  # resumed after epoch `kept`: every epoch once
+    assert f"continuing after epoch {kept}" in "".join(
+        p.read_text(errors="replace") for p in logs.rglob("*.err"))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -280,7 +281,7 @@ def test_a_rank_frozen_while_loading_is_caught(two_parts, tmp_path: Path) -> Non
                    tmp_path / "run", env=fault_env(DISTGNN_TEST_FREEZE_LOADING_RANK="1"), timeout=120)
     assert proc.returncode != 0
     assert time.monotonic() - start < 60
-    assert "rank 1 (loading its part)" in proc.stderr, proc.stderr[-2000:]
+    assert f"rank 1 on {socket.gethostname()} (loading its part)" in proc.stderr, proc.stderr[-2000:]
 
 
 THREADS_COMMANDS = {"fetch": ["synth-reddit"], "partition": ["graph.zarr", "--parts", "2"],

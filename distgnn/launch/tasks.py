@@ -3,8 +3,9 @@
 Both are ``submitit.helpers.Checkpointable``: on submitit's signal (SIGUSR2 by default, sent before
 a time limit or on preemption) submitit calls ``checkpoint()`` in the task of global rank 0 only;
 it returns the same task with ``--resume`` added, and submitit requeues the job, which then resumes
-from the trainer's newest periodic checkpoint (docs/design.md#checkpoints). The trainer writes its own checkpoints
-every ``--checkpoint-every`` epochs; nothing is saved here.
+from the trainer's newest periodic checkpoint (docs/design.md#checkpoints). A job Slurm requeues
+by itself (a node failure) resumes the same way (:func:`requeued_argv`). The trainer writes its own
+checkpoints every ``--checkpoint-every`` epochs; nothing is saved here.
 """
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ from distgnn.errors import DistgnnError
 def with_resume(argv: list[str]) -> list[str]:
     """``argv`` with ``--resume`` appended unless it is there already."""
     return list(argv) if "--resume" in argv else [*argv, "--resume"]
+
+
+def requeued_argv(argv: list[str]) -> list[str]:
+    """``argv`` as this start of the job must run it: with ``--resume`` when Slurm has requeued
+    the job (``SLURM_RESTART_COUNT`` > 0: a node failure, ``scontrol requeue``), so a requeue
+    continues from the newest checkpoint instead of starting again, which would clear the run
+    folder's checkpoints (submitit's own requeue, on preemption, adds it in ``checkpoint``)."""
+    restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
+    return with_resume(argv) if restarts.isdigit() and int(restarts) > 0 else list(argv)
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -75,7 +85,7 @@ class RankTask(Checkpointable):
         # The trainer records the Slurm job id in summary.json; srun exports it, submitit knows it.
         os.environ.setdefault("SLURM_JOB_ID", str(env.job_id).split("_")[0])
         try:
-            run_in_process(self.argv)
+            run_in_process(requeued_argv(self.argv))
         except BaseException as exc:
             # Let submitit write this rank's error, then MPI_Abort at exit instead of blocking in
             # MPI_Finalize while the other ranks wait in a collective (srun then ends the step).
