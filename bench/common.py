@@ -72,13 +72,38 @@ MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMP_NUM_THREADS": "1"}
 
 
-def run_logged(*args, log: Path) -> None:
-    """Run a command with :data:`MPI_ENV`, its output to ``log``; exit with the log's tail when
-    it fails."""
+def run_logged(*args, log: Path, timeout: float | None = None, env: Dict[str, str] | None = None) -> None:
+    """Run a command with :data:`MPI_ENV` (then ``env``), its output to ``log``; exit with the
+    log's tail when it fails. With ``timeout`` (seconds) the command runs in its own process group,
+    which is ended (SIGTERM, SIGKILL 10 s later) when the time is up, and :class:`TimeoutError`
+    is raised; it is ended too when this process is stopped meanwhile (an exception, SystemExit)."""
+    cmd = [str(a) for a in args]
+    full_env = {**os.environ, **MPI_ENV, **(env or {})}
     with open(log, "w") as out:
-        proc = subprocess.run([str(a) for a in args], stdout=out, stderr=subprocess.STDOUT,
-                              env={**os.environ, **MPI_ENV})
-    if proc.returncode != 0:
+        if timeout is None:
+            returncode = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env).returncode
+        else:
+            import signal
+
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=full_env,
+                                    start_new_session=True)
+            try:
+                returncode = proc.wait(timeout=max(timeout, 0.0))
+            except BaseException as exc:  # the time is up, or this process is being stopped
+                for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+                    try:
+                        os.killpg(proc.pid, sig)
+                    except ProcessLookupError:
+                        break
+                    try:
+                        proc.wait(timeout=wait)
+                        break
+                    except subprocess.TimeoutExpired:
+                        continue
+                if isinstance(exc, subprocess.TimeoutExpired):
+                    raise TimeoutError(f"stopped after {timeout:.0f} s: {' '.join(cmd)}") from None
+                raise
+    if returncode != 0:
         sys.exit(f"failed: {' '.join(map(str, args))}\n{Path(log).read_text()[-3000:]}")
 
 
