@@ -227,3 +227,16 @@ def test_wait_for_tasks_outcomes(tmp_path):
     # A job that never ends: the deadline.
     with pytest.raises(JobFailed, match="did not finish within 0 s"):
         wait_for_tasks(tasks, "7", lambda: "PENDING", poll_s=0.01, deadline_s=0.2)
+
+
+def test_srun_transport_settings_come_from_the_preset() -> None:
+    from distgnn.launch.submit import slurm_parameters
+
+    default = slurm_parameters({}, 2, "j")["slurm_srun_args"]
+    assert default == ["--mpi=pmix", "--kill-on-bad-exit=1", "--cpu-bind=cores"]
+    own = slurm_parameters({"srun_mpi": "pmi2", "srun_cpu_bind": "sockets",
+                            "slurm_srun_args": ["--exclusive"]}, 2, "j")["slurm_srun_args"]
+    assert own == ["--mpi=pmi2", "--kill-on-bad-exit=1", "--cpu-bind=sockets", "--exclusive"]
+    hosts = slurm_parameters(load_preset("multihost", REPO / "cluster" / "submitit.yaml"), 2, "j")
+    assert "--cpu-bind" not in " ".join(hosts["slurm_srun_args"])  # its Slurm cannot bind
+    assert any("OMPI_MCA_btl_tcp_if_include" in line for line in hosts["slurm_setup"])

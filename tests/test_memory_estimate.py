@@ -197,3 +197,52 @@ def test_estimate_memory_cli_before_and_beside_built_parts(assigned, capsys) -> 
     assert cli.main(args + ["--part", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--part" in err and "0 <= K < 3" in err
+
+
+# -- what the ranks may use: the node, the cgroup, the Slurm job --------------------------------
+def fake_machine(tmp_path, available_gib: float, cgroup: tuple[str, float] | None):
+    """A /proc/meminfo with MemAvailable, and a cgroup v2 tree whose job folder has memory.max
+    ``cgroup[0]`` ('max' or bytes) and memory.current ``cgroup[1]`` GiB (its parent: no limit)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal: 99999999 kB\nMemAvailable: {int(available_gib * 2**20)} kB\n")
+    proc_cgroup, root = tmp_path / "cgroup", tmp_path / "sys"
+    proc_cgroup.write_text("0::/job_7/step_0\n" if cgroup else "")
+    if cgroup:
+        for folder, limit, used in ((root, "max", 0), (root / "job_7", cgroup[0], cgroup[1]),
+                                    (root / "job_7" / "step_0", "max", cgroup[1])):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "memory.max").write_text(f"{limit}\n")
+            (folder / "memory.current").write_text(f"{int(used * 2**30)}\n")
+    return str(meminfo), str(proc_cgroup), str(root)
+
+
+def test_the_budget_is_the_least_of_node_cgroup_and_slurm_request(tmp_path) -> None:
+    from distgnn.train.memory_estimate import memory_budget
+
+    files = fake_machine(tmp_path, 8, (str(2 * 2**30), 0.5))
+    assert memory_budget(*files, env={}) == (int(1.5 * 2**30), "the cgroup's memory.max less its use")
+    assert memory_budget(*files, env={"SLURM_MEM_PER_NODE": "1024"}) == (
+        2**30, "the Slurm job's memory request")
+    assert memory_budget(*files, env={"SLURM_MEM_PER_CPU": "300", "SLURM_CPUS_ON_NODE": "2"}) == (
+        600 * 2**20, "the Slurm job's memory request")
+    free = fake_machine(tmp_path / "free", 8, ("max", 0.5))
+    assert memory_budget(*free, env={}) == (8 * 2**30, "the node's MemAvailable")
+    plain = fake_machine(tmp_path / "plain", 3, None)
+    assert memory_budget(*plain, env={"SLURM_MEM_PER_NODE": "0"}) == (3 * 2**30, "the node's MemAvailable")
+
+
+def test_a_slurm_launch_over_the_presets_mem_gb_is_refused_before_submitting(tmp_path) -> None:
+    from conftest import partitioned_twin, run_cli
+
+    _, parts = partitioned_twin(tmp_path, 2)
+    presets = tmp_path / "presets.yaml"
+    presets.write_text("small:\n  ranks_per_node: 1\n  mem_gb: 0.01\n"
+                       "roomy:\n  ranks_per_node: 2\n  mem_gb: 64\n  timeout_min: 1\n")
+    proc = run_cli("launch", parts, "--executor", "slurm", "--preset", "small", "--presets",
+                   presets, "--log-dir", tmp_path / "logs", "--out", tmp_path / "run")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    line = proc.stderr.strip()
+    assert "the ranks of one node would not fit in preset small's mem_gb" in line, line
+    assert "(> 0.01 GiB mem_gb)" in line, line
+    assert not (tmp_path / "logs").exists()  # nothing was submitted

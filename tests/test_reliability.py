@@ -146,6 +146,15 @@ def test_run_that_would_not_fit_is_refused_before_it_starts(two_parts, tmp_path:
     assert not (tmp_path / "logs").exists()  # nothing was submitted
 
 
+@pytest.mark.mpi
+def test_the_memory_check_holds_the_slurm_jobs_request_not_the_nodes_free_memory(
+        two_parts, tmp_path: Path) -> None:
+    """Under Slurm a rank is killed for passing the job's --mem, however much the node has free."""
+    line = one_line(mpiexec(2, "train", two_parts[1], "--epochs", "1", "--out", tmp_path / "run",
+                            env={"SLURM_MEM_PER_NODE": "8"}))  # MiB
+    assert "would not fit in memory" in line and "(the Slurm job's memory request;" in line, line
+
+
 def _damage_first_chunk(array_folder: Path) -> Path:
     chunk = sorted(p for p in (array_folder / "c").rglob("*") if p.is_file())[0]
     chunk.write_bytes(chunk.read_bytes()[:-7])

@@ -14,6 +14,7 @@ import pytest
 from distgnn.cli import main
 from distgnn.errors import DistgnnError
 from distgnn.report import make_report
+from distgnn.report.table import hosts_label
 from distgnn.vocabulary import parse_algorithm, resolve_apply, steady_start
 
 STORE = "synth-reddit-x0.01"
@@ -58,6 +59,7 @@ def write_run(root: Path, method: str, parts: int, algo: str, epochs: int = 8,
         "bytes_backward": float(np.mean([x["bytes_backward"] for x in steady])),
         "bytes_gradients": float(np.mean([x["bytes_gradients"] for x in steady])),
         "peak_rss_bytes": max(x["peak_rss_bytes"] for x in lines),
+        "hosts_by_rank": [f"node{k // 2 + 1:03d}" for k in range(parts)],  # two ranks a host
     }
     (run / "summary.json").write_text(json.dumps(summary))
     return summary
@@ -113,6 +115,11 @@ def test_report_tables_and_plots(runs, tmp_path):
     rows = [line for line in md.splitlines() if line.startswith("| libra |") or line.startswith("| random |")]
     assert all(line.split("|")[4].strip() == "sage" for line in rows), rows[0]
     assert all(line.split("|")[5].strip() in ("root", "replicas") for line in rows), rows[0]
+    # the machines of each run (two ranks a host): node001 alone at P <= 2, two hosts at P = 4
+    assert {line.split("|")[-2].strip() for line in rows} == {"node001", "node001, node002"}, rows
+    assert set(table.hosts) == {"node001", "node001, node002"}
+    assert hosts_label([f"n{k}" for k in range(16)]) == "16 hosts (n0 ... n15)"
+    assert hosts_label(None) == ""
     assert "the DistGNN paper's cd-r" in md
     assert "At P = 1 every algorithm is the same computation" in md
     for name in ("epoch_time.png", "test_vs_epoch.png", "test_vs_time.png", "replication.png"):

@@ -43,26 +43,53 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def check_local_memory(args: argparse.Namespace) -> None:
-    """Refuse before submitting a local run whose ranks together would not fit in this machine's
-    available memory (the trainer checks again on every machine it lands on, Slurm included)."""
-    from distgnn.models import registry
-    from distgnn.train.memory_estimate import available_memory_bytes, estimate_run_memory, fits
-
-    available = available_memory_bytes()
-    if not available:
-        return
+def rank_estimates(args: argparse.Namespace) -> list:
+    """Each rank's memory estimate of the run ``args`` describe (from the partition attributes)."""
     from distgnn.commands.train import config_from_args
+    from distgnn.models import registry
+    from distgnn.train.memory_estimate import estimate_run_memory
 
     recompute = config_from_args(args).recompute_rows_per_root() or 0.0
-    estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
-                                    input_cache=not args.no_input_cache, apply=args.apply,
-                                    model=args.model, recompute=recompute,
-                                    **registry.shape_spec(args.model).option_values(args))
-    ok, reason = fits(estimates, available)
+    return estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
+                               input_cache=not args.no_input_cache, apply=args.apply,
+                               model=args.model, recompute=recompute,
+                               **registry.shape_spec(args.model).option_values(args))
+
+
+def check_local_memory(args: argparse.Namespace) -> None:
+    """Refuse before submitting a local run whose ranks together would not fit in what this
+    machine lets them use (the trainer checks again on every machine it lands on)."""
+    from distgnn.train.memory_estimate import fits, memory_budget
+
+    available, source = memory_budget()
+    if not available:
+        return
+    ok, reason = fits(rank_estimates(args), available)
     if not ok:
-        raise DistgnnError(f"{args.partdir}: the run would not fit in memory: {reason} (estimate from "
-                           f"the partition attributes; --skip-memory-check starts it anyway)")
+        raise DistgnnError(f"{args.partdir}: the run would not fit in memory: {reason}, {source} "
+                           f"(estimate from the partition attributes; --skip-memory-check starts "
+                           f"it anyway)")
+
+
+def check_preset_memory(args: argparse.Namespace, preset: dict, preset_name: str, ranks: int) -> None:
+    """Refuse before submitting a Slurm job whose ranks on one node would need more than the
+    preset's ``mem_gb`` (the job's --mem: Slurm kills a rank that passes it). Ranks fill nodes
+    in order, ``ranks_per_node`` each (srun's block distribution)."""
+    from distgnn.train.memory_estimate import fits
+
+    if preset.get("mem_gb") is None:
+        return
+    per_node = int(preset.get("ranks_per_node") or ranks)
+    estimates = rank_estimates(args)
+    budget = int(float(preset["mem_gb"]) * 2**30)
+    for first in range(0, ranks, per_node):
+        ok, reason = fits(estimates[first:first + per_node], budget)
+        if not ok:
+            raise DistgnnError(
+                f"{args.partdir}: the ranks of one node would not fit in preset {preset_name}'s "
+                f"mem_gb: {reason.replace('available', 'mem_gb')}; raise mem_gb, lower "
+                f"ranks_per_node, or partition into more parts (--skip-memory-check submits it "
+                f"anyway)")
 
 
 def parser_default(dest: str) -> object:
@@ -104,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
         threads = local_threads(preset, ranks)
     if args.executor != "slurm" and not args.skip_memory_check:
         check_local_memory(args)
+    if args.executor == "slurm" and not args.skip_memory_check:
+        check_preset_memory(args, preset, args.preset or args.executor, ranks)
     start = time.perf_counter()
     result = launch(train_argv(args, threads), ranks, args.executor, preset, args.log_dir,
                     job_name=f"distgnn-{args.algo}-P{ranks}", grace_s=args.grace)

@@ -16,9 +16,16 @@ from distgnn.launch.watch import JobFailed, LogFollower, squeue_state, wait_for_
 
 EXECUTORS = ("local", "slurm", "debug")
 
-#: srun options of every rank step: PMIx wire-up for Open MPI, one dead rank ends the step (instead
-#: of the others blocking in a collective forever), ranks pinned to their cores.
-SRUN_ARGS = ["--mpi=pmix", "--kill-on-bad-exit=1", "--cpu-bind=cores"]
+def srun_args(preset: dict[str, Any]) -> list[str]:
+    """srun options of every rank step: the MPI wire-up plugin (preset ``srun_mpi``, default
+    ``pmix``, what Open MPI needs), one dead rank ending the step (always: the others would block
+    in a collective forever), and the ranks' CPU binding (``srun_cpu_bind``, default ``cores``;
+    null: none, for a cluster whose task plugin cannot bind), then ``slurm_srun_args``."""
+    args = [f"--mpi={preset.get('srun_mpi') or 'pmix'}", "--kill-on-bad-exit=1"]
+    bind = preset.get("srun_cpu_bind", "cores")
+    if bind:
+        args.append(f"--cpu-bind={bind}")
+    return [*args, *preset.get("slurm_srun_args", [])]
 
 
 @dataclass
@@ -50,7 +57,7 @@ def slurm_parameters(preset: dict[str, Any], ranks: int, job_name: str) -> dict[
     params: dict[str, Any] = {
         "name": job_name, "nodes": nodes, "tasks_per_node": ranks // nodes, "cpus_per_task": cpus,
         "timeout_min": int(preset.get("timeout_min", 60)),
-        "slurm_srun_args": [*SRUN_ARGS, *preset.get("slurm_srun_args", [])],
+        "slurm_srun_args": srun_args(preset),
         # Exported in the batch script, so every rank's step inherits them.
         "slurm_setup": [f"export OMP_NUM_THREADS={cpus}", "export OMP_PROC_BIND=close",
                         "export OMP_PLACES=cores", *preset.get("slurm_setup", [])],

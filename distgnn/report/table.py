@@ -14,7 +14,16 @@ SPLIT_KEYS = ("time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_
 COLUMNS = ("store", "method", "num_parts", "algo", "model", "apply", "replication_factor", "mean_epoch_time_s",
            *SPLIT_KEYS, "time_other_s", "bytes_forward", "bytes_backward", "bytes_gradients",
            "peak_rss_bytes", "best_val", "test_at_best_val", "final_test", "speedup_vs_p1",
-           "epochs", "slurm_job_id")
+           "epochs", "slurm_job_id", "hosts")
+
+
+def hosts_label(hosts_by_rank: list[str] | None) -> str:
+    """The machines a run used, from ``summary.json``'s ``hosts_by_rank``: ``mh1, mh2``, or
+    ``16 hosts (node001 ... node016)`` past three; empty for runs from before it was recorded."""
+    hosts = list(dict.fromkeys(hosts_by_rank or []))
+    if len(hosts) <= 3:
+        return ", ".join(hosts)
+    return f"{len(hosts)} hosts ({hosts[0]} ... {hosts[-1]})"
 
 
 def steady(run: Run) -> list[dict[str, Any]]:
@@ -48,6 +57,7 @@ def summary_table(runs: list[Run]) -> pd.DataFrame:
         row = {k: s.get(k) for k in COLUMNS if k in s}
         row["algo"], row["apply"] = run.key[3], run.apply
         row["model"] = str(s.get("model", "sage"))  # runs from before --model trained GraphSAGE
+        row["hosts"] = hosts_label(s.get("hosts_by_rank"))
         row.update(epoch_split(run))
         rows.append(row)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
@@ -87,8 +97,8 @@ def markdown(table: pd.DataFrame) -> str:
                   "a speedup below 1 there measures oversubscription, not the algorithm.", "",
                   "| method | P | algo | model | apply | repl. factor | epoch ms | aggregate | exchange wait | dense "
                   "| allreduce | other | fwd MiB | bwd MiB | grad MiB | peak RSS MiB | best val "
-                  "| test @ best val | speedup |",
-                  "|" + "---|" * 19]
+                  "| test @ best val | speedup | hosts |",
+                  "|" + "---|" * 20]
         for _, r in part.iterrows():
             ms = [f"{1e3 * float(r[k]):.1f}" for k in ("mean_epoch_time_s", *SPLIT_KEYS, "time_other_s")]
             lines.append(
@@ -96,6 +106,6 @@ def markdown(table: pd.DataFrame) -> str:
                 + " | ".join(ms)
                 + f" | {_mib(r.bytes_forward)} | {_mib(r.bytes_backward)} | {_mib(r.bytes_gradients)}"
                 f" | {_mib(r.peak_rss_bytes)} | {float(r.best_val):.4f} | {float(r.test_at_best_val):.4f}"
-                f" | {'' if pd.isna(r.speedup_vs_p1) else f'{r.speedup_vs_p1:.2f}x'} |")
+                f" | {'' if pd.isna(r.speedup_vs_p1) else f'{r.speedup_vs_p1:.2f}x'} | {r.hosts} |")
         lines.append("")
     return "\n".join(lines)

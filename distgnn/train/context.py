@@ -149,7 +149,7 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
 def check_memory(partition_dir: Path, config: TrainConfig, comm: Communicator) -> None:
     """Refuse, before loading anything, a run whose ranks on some machine would need more
     memory than it has available (per-rank estimate from the partition attributes)."""
-    from distgnn.train.memory_estimate import available_memory_bytes, estimate_rank_memory
+    from distgnn.train.memory_estimate import estimate_rank_memory, memory_budget
 
     c = config
     shape = registry.shape_spec(c.model)  # a user's model is estimated as the default one
@@ -159,14 +159,15 @@ def check_memory(partition_dir: Path, config: TrainConfig, comm: Communicator) -
         input_cache=c.input_cache and shape.input_cache, apply=c.apply, model=c.model,
         recompute=recompute,
         **shape.option_values(c)))
-    need, available = comm.node_sum_and_min(mine, available_memory_bytes())
-    ratio, need, available = comm.max((need / max(available, 1), need, available))
+    budget, source = memory_budget()
+    need, available = comm.node_sum_and_min(mine, budget)
+    ratio, need, available, source = comm.max((need / max(available, 1), need, available, source))
     if available and ratio > 1.0:
         raise CollectiveError(
             f"the run would not fit in memory: the ranks on one machine need an estimated "
-            f"{need / 2**30:.2f} GiB but {available / 2**30:.2f} GiB are available (estimate from "
-            f"the partition attributes; use more machines, more parts or a smaller --hidden, or "
-            f"--skip-memory-check)")
+            f"{need / 2**30:.2f} GiB but {available / 2**30:.2f} GiB are available ({source}; "
+            f"estimate from the partition attributes; use more machines, more parts or a smaller "
+            f"--hidden, or --skip-memory-check)")
 
 
 def check_consistency(partition_dir: Path, part: PartitionData, assignment: dict[str, Any],
