@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from contextlib import contextmanager
+from functools import partial
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Iterator
@@ -166,46 +167,73 @@ PIECE_BYTES = 1 << 20
 TAG_SPAN = 32768
 
 
+#: pieces a rank keeps in flight to each peer per exchange, the next posted as one completes.
+#: Pieces in flight together share the link and complete together, at the end; a small window
+#: makes them complete one after another, which is the progress the watchdog sees on a slow link
+#: (docs/design.md#progress). Every receive is posted at once.
+SEND_WINDOW = 2
+
+
 class PendingExchange:
-    """A posted non-blocking row exchange; :meth:`wait` returns the received rows [R, F].
+    """A posted row exchange; :meth:`wait` returns the received rows [R, F].
 
-    ``requests[i]`` moves a piece to or from rank ``peers[i]``; :meth:`wait` reports each piece
-    that completes to :data:`WAITS`, naming the ranks still outstanding."""
+    Its receives are all posted; its sends to each peer are queued and posted
+    :data:`SEND_WINDOW` at a time by its communicator's progress engine
+    (:meth:`Communicator._progress`), which runs in every wait and at the start of every MPI call
+    of that communicator, so pieces keep moving while the rank computes between calls."""
 
-    def __init__(self, requests: list[Any], peers: list[int], recv: torch.Tensor, keep_alive: Any,
-                 call: str, dtype: torch.dtype | None = None):
-        self._requests: list[Any] | None = requests or None
-        self._peers, self._call = peers, call
+    def __init__(self, comm: "Communicator", recvs: list[tuple[int, Any]],
+                 sends: dict[int, deque], recv: torch.Tensor, keep_alive: Any, call: str,
+                 dtype: torch.dtype | None = None):
+        self._comm, self._call = comm, call
         self._recv, self._keep_alive = recv, keep_alive
         self._dtype = dtype or recv.dtype
+        #: requests not yet complete, with their peer and whether each is a send
+        self.requests: list[Any] = [r for _, r in recvs]
+        self.peers: list[int] = [peer for peer, _ in recvs]
+        self.sending: list[bool] = [False] * len(recvs)
+        self._queued = sends  # peer -> the posts of its sends not yet made, in order
+        for peer in list(sends):
+            for _ in range(SEND_WINDOW):
+                self._post_next(peer)
 
-    def wait(self) -> torch.Tensor:
-        if self._requests is not None:
-            self._wait_pieces()
-            self._requests, self._keep_alive = None, None
-        if self._recv.dtype != self._dtype:  # rows sent narrower than they are used
-            self._recv = self._recv.to(self._dtype)
-        return self._recv
+    def _post_next(self, peer: int) -> None:
+        queue = self._queued.get(peer)
+        if queue:
+            self.requests.append(queue.popleft()())
+            self.peers.append(peer)
+            self.sending.append(True)
 
-    def _wait_pieces(self) -> None:
-        Request = _mpi().Request
-        requests, left = self._requests, np.bincount(self._peers)
-        outstanding = lambda: tuple(int(k) for k in np.flatnonzero(left))  # noqa: E731
-        WAITS.enter(self._call, outstanding())
-        try:
-            while True:
-                done = Request.Waitsome(requests)
-                if not done:  # None (MPI_UNDEFINED): every piece has completed
-                    break
-                for i in done:
-                    left[self._peers[i]] -= 1
-                WAITS.advance(outstanding(), len(done))
-        finally:
-            WAITS.leave()
+    def completed(self, indices: list[int]) -> None:
+        """The requests at ``indices`` completed: drop them and post the sends they free."""
+        freed = [self.peers[i] for i in indices if self.sending[i]]
+        gone = set(indices)
+        keep = [i for i in range(len(self.requests)) if i not in gone]
+        self.requests = [self.requests[i] for i in keep]
+        self.peers = [self.peers[i] for i in keep]
+        self.sending = [self.sending[i] for i in keep]
+        for peer in freed:
+            self._post_next(peer)
+
+    def outstanding(self) -> tuple[int, ...]:
+        """Ranks with a piece of this exchange still to arrive or to leave."""
+        return tuple(sorted(set(self.peers) | {p for p, q in self._queued.items() if q}))
 
     @property
     def done(self) -> bool:
-        return self._requests is None
+        return not self.requests and not any(self._queued.values())
+
+    def wait(self) -> torch.Tensor:
+        if not self.done:
+            WAITS.enter(self._call, self.outstanding())
+            try:
+                self._comm._progress(until=self)
+            finally:
+                WAITS.leave()
+        self._keep_alive = None
+        if self._recv.dtype != self._dtype:  # rows sent narrower than they are used
+            self._recv = self._recv.to(self._dtype)
+        return self._recv
 
 
 class Communicator:
@@ -228,6 +256,8 @@ class Communicator:
             check_collectives = os.environ.get(CHECK_COLLECTIVES) == "1"
         #: collectives started on this communicator so far
         self.started = 0
+        #: row exchanges posted and not yet complete (their sends still to be posted or done)
+        self._in_flight: list[PendingExchange] = []
         #: under the check: a duplicate on which the ranks compare each collective before it starts
         self._checker = self.comm.Dup() if check_collectives and self.size > 1 else None
 
@@ -236,6 +266,8 @@ class Communicator:
         (sequence number, ``op``, ``kind``): where they differ, every rank raises the same
         :class:`CollectiveError`, one line naming the collective and which ranks start what."""
         self.started += 1
+        if self._in_flight:
+            self._progress()
         if self._checker is None:
             return
         call = f"{op}({', '.join(map(str, kind))})" if kind else op
@@ -250,6 +282,34 @@ class Communicator:
         raise CollectiveError(f"{CHECK_COLLECTIVES}: collective #{self.started} differs between "
                               f"ranks ({who}); every rank must start the same collectives in the "
                               "same order (a model: aggregate/attend alike on every rank)")
+
+    def _progress(self, until: PendingExchange | None = None) -> None:
+        """Complete what has arrived for every row exchange in flight and post the sends that
+        frees: one pass without blocking, or, with ``until``, until that exchange is complete
+        (each completion reported to :data:`WAITS`). Waiting on every exchange at once, not on
+        ``until`` alone, keeps the others' sends flowing, so no two ranks can wait on each other's
+        queued pieces."""
+        Request = _mpi().Request
+        while True:
+            self._in_flight = [x for x in self._in_flight if not x.done]
+            if until is not None and until.done:
+                return
+            owners = [(x, i) for x in self._in_flight for i in range(len(x.requests))]
+            if not owners:
+                return
+            flat = [x.requests[i] for x, i in owners]
+            done = (Request.Testsome if until is None else Request.Waitsome)(flat)
+            if not done:  # none yet (Testsome), or none active (Waitsome: cannot happen here)
+                return
+            by_exchange: dict[int, tuple[PendingExchange, list[int]]] = {}
+            for j in done:
+                x, i = owners[j]
+                by_exchange.setdefault(id(x), (x, []))[1].append(i)
+            for x, indices in by_exchange.values():
+                x.completed(indices)
+            if until is None:
+                return
+            WAITS.advance(until.outstanding(), len(done))
 
     @contextmanager
     def _blocking(self, op: str, *kind: str) -> Iterator[None]:
@@ -297,24 +357,29 @@ class Communicator:
         self._start("exchange_rows", *((kind,) if direction is None else (kind, direction)))
         tag = self.started % TAG_SPAN
         piece = max(1, PIECE_BYTES // max(1, width * rows.element_size()))  # rows per piece
-        requests, peers = [], []
+
+        def pieces(start: int, count: int) -> list[tuple[int, int]]:
+            return [(lo, min(piece, start + count - lo)) for lo in range(start, start + count, piece)]
+
         me = self.rank
         if rc[me]:  # this rank's own block is a copy (the plans give it the same count both ways)
             recv_buf[rd[me]:rd[me] + rc[me]] = send_buf[sd[me]:sd[me] + sc[me]]
-        for post, buf, counts, displs in ((self.comm.Irecv, recv_buf, rc, rd),
-                                          (self.comm.Isend, send_buf, sc, sd)):
-            for peer in range(self.size):
-                if peer == me:
-                    continue
-                for lo in range(int(displs[peer]), int(displs[peer] + counts[peer]), piece):
-                    n = min(piece, int(displs[peer] + counts[peer]) - lo)
-                    requests.append(post([buf[lo:lo + n], n, row_type], peer, tag))
-                    peers.append(peer)
+        recvs, sends = [], {}
+        for peer in (p for p in range(self.size) if p != me):
+            recvs += [(peer, self.comm.Irecv([recv_buf[lo:lo + n], n, row_type], peer, tag))
+                      for lo, n in pieces(int(rd[peer]), int(rc[peer]))]
+            posts = deque(partial(self.comm.Isend, [send_buf[lo:lo + n], n, row_type], peer, tag)
+                          for lo, n in pieces(int(sd[peer]), int(sc[peer])))
+            if posts:
+                sends[peer] = posts
         sent = int(rows.numel() * rows.element_size())
         self.bytes_sent[kind.value] += sent
         if direction is not None:
             self.bytes_sent[direction.value] += sent
-        return PendingExchange(requests, peers, recv_rows, send_buf, call, used)
+        pending = PendingExchange(self, recvs, sends, recv_rows, send_buf, call, used)
+        if not pending.done:
+            self._in_flight.append(pending)
+        return pending
 
     def allreduce_sum_(self, tensor: torch.Tensor,
                        kind: Traffic = Traffic.GRADIENTS) -> torch.Tensor:

@@ -22,9 +22,10 @@ if (( quick )); then
 fi
 # The Slurm tests (marker `slurm`) run on a one-node Slurm on this machine: installed if missing,
 # started here and stopped on exit (the tests' own fixture starts it too when run alone).
-# The multi-host tests (marker `multihost`) run on an emulated cluster of two hosts
-# (cluster/multihost.sh: network namespaces on one bridge, a slurmd each), also stopped on exit.
+# The multi-host tests (marker `multihost`) run on an emulated cluster of four hosts
+# (cluster/multihost.sh: network namespaces on a fabric and a management bridge, a slurmd each),
+# also stopped on exit.
 trap 'bash cluster/multihost.sh stop; bash cluster/local-slurm.sh stop' EXIT
 bash cluster/local-slurm.sh start
-bash cluster/multihost.sh start --hosts 2
+bash cluster/multihost.sh start --hosts 4
 python -m pytest -q --durations=25 "$@"   # the 25 slowest tests listed at the end

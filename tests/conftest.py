@@ -103,11 +103,11 @@ def local_slurm():
 
 @pytest.fixture(scope="session")
 def multihost():
-    """The emulated two-host cluster of cluster/multihost.sh, started for the session (unless it
+    """The emulated four-host cluster of cluster/multihost.sh, started for the session (unless it
     runs already, as scripts/test.sh starts it) and stopped after."""
     script = REPO / "cluster" / "multihost.sh"
     was_running = subprocess.run(["bash", str(script), "status"], capture_output=True).returncode == 0
-    subprocess.run(["bash", str(script), "start", "--hosts", "2"], check=True, timeout=600)
+    subprocess.run(["bash", str(script), "start", "--hosts", "4"], check=True, timeout=600)
     yield
     if not was_running:
         subprocess.run(["bash", str(script), "stop"], check=True, timeout=60)

@@ -131,7 +131,7 @@ def fake_mpi(monkeypatch):
     """distgnn.comm with a fake MPI module (and an empty row-type cache)."""
     fake = SimpleNamespace(FLOAT=FakeType("float"), DOUBLE=FakeType("double"),
                            INT16_T=FakeType("int16"), SUM="sum", MAX="max", IN_PLACE=None,
-                           Request=SimpleNamespace(Waitsome=wait_some))
+                           Request=SimpleNamespace(Waitsome=wait_some, Testsome=lambda requests: []))
     monkeypatch.setattr(comm_module, "_mpi", lambda: fake)
     monkeypatch.setattr(comm_module, "_ROW_TYPES", {}, raising=False)
     return fake
@@ -209,13 +209,14 @@ def test_a_wait_names_the_peers_it_still_waits_for(fake_mpi) -> None:
             requests[pending[0]].done = True
         return pending[:1] or None
 
-    fake_mpi.Request = SimpleNamespace(Waitsome=wait_one)
+    fake_mpi.Request = SimpleNamespace(Waitsome=wait_one, Testsome=lambda requests: [])
     comm = Communicator(FakeComm(size=3))
     before = comm_module.WAITS.pieces
     comm.exchange_rows(torch.ones(3, 2), plan([0, 0, 1, 3]), plan([0, 0, 2, 3]), "forward", "reduce")
-    # posted in order: receive from 1, receive from 2, send to 1, send to 2; one completes a call
+    # posted in order: receive from 1, receive from 2, send to 1, send to 2; one completes a call,
+    # and the wait returns as soon as the last has
     call = "exchange_rows(forward, reduce)"
-    assert [(c, peers) for c, peers, _ in seen] == [(call, (1, 2))] * 3 + [(call, (2,)), (call, ())]
+    assert [(c, peers) for c, peers, _ in seen] == [(call, (1, 2))] * 3 + [(call, (2,))]
     assert comm_module.WAITS.pieces - before == 4
     assert comm_module.WAITS.now() == (None, None, 0.0)
 
@@ -280,3 +281,22 @@ def test_a_rank_that_skips_an_exchange_is_one_line_not_a_hang() -> None:
     assert time.monotonic() - start < 60
     agree = run_bounded(2, [script, "same"], check, timeout=90)
     assert agree.returncode == 0, agree.stderr
+
+
+def test_sends_to_a_peer_keep_a_window_of_pieces_in_flight(fake_mpi, monkeypatch) -> None:
+    """Five pieces to rank 1: SEND_WINDOW posted at once, the next as one completes, whether in
+    the exchange's own wait or in a later MPI call of the communicator (which completes what has
+    arrived without blocking); in order, every row once."""
+    monkeypatch.setattr(comm_module, "PIECE_BYTES", 16)  # one row of 4 float32 a piece
+    fake = FakeComm()
+    comm = Communicator(fake)
+    rows = torch.arange(5 * 4, dtype=torch.float32).reshape(5, 4)
+    pending = comm.exchange_rows_async(rows, plan([0, 0, 5]), plan([0, 0, 0]), Traffic.FORWARD)
+    assert len(fake.calls) == comm_module.SEND_WINDOW == 2
+    fake_mpi.Request.Testsome = lambda requests: [0] if not requests[0].done and not setattr(
+        requests[0], "done", True) else []  # the first piece in flight has left
+    comm.exchange_rows(torch.zeros(0, 4), plan([0, 0, 0]), plan([0, 0, 0]), Traffic.EVAL)
+    assert len(fake.calls) == 3 and not pending.done  # the next piece went out meanwhile
+    pending.wait()
+    assert pending.done and [len(r.message[0]) for r in fake.calls] == [1] * 5
+    assert np.array_equal(np.concatenate([r.message[0] for r in fake.calls]), rows.numpy())
