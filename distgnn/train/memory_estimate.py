@@ -333,6 +333,12 @@ def memory_budget(meminfo: str = "/proc/meminfo", proc_cgroup: str = "/proc/self
 
 
 
+def available_memory_bytes() -> int:
+    """Bytes this machine's ranks may use (:func:`memory_budget`, without saying what sets them);
+    0 where unknown."""
+    return memory_budget()[0]
+
+
 def fits(estimates: list[MemoryEstimate], budget_bytes: int) -> tuple[bool, str]:
     """Whether all ranks on one machine fit in ``budget_bytes`` together, and a one-line reason."""
     need = sum(e.total for e in estimates)
