@@ -152,7 +152,7 @@ def child_dgl_whole(graph: str, parts: int, threads: int, out: str) -> None:
     store = GraphStore.open(graph)
     indptr, indices = store.csr()
     dgl, g = _dgl_graph(indptr, indices)
-    g.ndata["features"] = torch.from_numpy(store["feat"][:])
+    g.ndata["features"] = torch.from_numpy(store["feat"][:].astype(np.float32, copy=False))
     g.ndata["label"] = torch.from_numpy(store["label"][:])
     for m in ("train_mask", "val_mask", "test_mask"):
         g.ndata[m] = torch.from_numpy(store[m][:])

@@ -156,7 +156,7 @@ def export_dgl(graph: Path):
     n = len(indptr) - 1
     dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     out = dgl.graph((torch.from_numpy(indices.astype(np.int64)), torch.from_numpy(dst)), num_nodes=n)
-    out.ndata["features"] = torch.from_numpy(g["feat"][:])
+    out.ndata["features"] = torch.from_numpy(g["feat"][:].astype(np.float32, copy=False))
     out.ndata["labels"] = torch.from_numpy(g["label"][:].astype(np.int64))
     for mask in ("train_mask", "val_mask", "test_mask"):
         out.ndata[mask] = torch.from_numpy(g[mask][:].astype(bool))

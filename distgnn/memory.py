@@ -1,8 +1,10 @@
-"""Process-level memory settings for streaming work."""
+"""Process-level memory settings for streaming work, and how much memory this process may use."""
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+from pathlib import Path
 
 _M_MMAP_THRESHOLD = -3  # mallopt parameter number in glibc's malloc.h
 
@@ -98,3 +100,56 @@ def proc_kib_field(path: str, field: str) -> int | None:
     except OSError:
         return None
     return None
+
+
+def cgroup_memory_left(proc_cgroup: str = "/proc/self/cgroup",
+                       root: str = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process's cgroup (v2) and its ancestors still allow: the least of
+    ``memory.max - memory.current`` from its own folder up to the root; None without a limit
+    (``max`` everywhere, or no cgroup v2 mount)."""
+    try:
+        line = next(l for l in Path(proc_cgroup).read_text().splitlines() if l.startswith("0::"))
+    except (OSError, StopIteration):
+        return None
+    folder = Path(root) / line[3:].strip().lstrip("/")
+    least = None
+    for here in [folder, *folder.parents]:
+        if Path(root) not in (here, *here.parents):
+            break  # above the cgroup mount
+        try:
+            limit = (here / "memory.max").read_text().strip()
+            used = int((here / "memory.current").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit != "max":
+            left = max(int(limit) - used, 0)
+            least = left if least is None else min(least, left)
+    return least
+
+
+def slurm_memory_bytes(env: dict[str, str] | None = None) -> int | None:
+    """What a Slurm job may use on this node, bytes: ``--mem`` (SLURM_MEM_PER_NODE, MiB), or
+    ``--mem-per-cpu`` times the job's cpus here (SLURM_MEM_PER_CPU x SLURM_CPUS_ON_NODE); None
+    outside Slurm or without a memory request."""
+    env = os.environ if env is None else env
+    per_node, per_cpu = env.get("SLURM_MEM_PER_NODE", ""), env.get("SLURM_MEM_PER_CPU", "")
+    if per_node.isdigit() and int(per_node) > 0:
+        return int(per_node) << 20
+    cpus = env.get("SLURM_CPUS_ON_NODE", "")
+    if per_cpu.isdigit() and cpus.isdigit() and int(per_cpu) > 0:
+        return int(per_cpu) * int(cpus) << 20
+    return None
+
+
+def memory_budget(meminfo: str = "/proc/meminfo", proc_cgroup: str = "/proc/self/cgroup",
+                  cgroup_root: str = "/sys/fs/cgroup", env: dict[str, str] | None = None
+                  ) -> tuple[int, str]:
+    """(bytes, what sets them) this machine's ranks may use: the least of the node's
+    MemAvailable, the cgroup's limit less its use, and the Slurm job's memory request; (0, '')
+    where none is known. On a cluster the job's own limit, not the node's free memory, is what a
+    rank is killed for exceeding."""
+    found = [(proc_kib_field(meminfo, "MemAvailable"), "the node's MemAvailable"),
+             (cgroup_memory_left(proc_cgroup, cgroup_root), "the cgroup's memory.max less its use"),
+             (slurm_memory_bytes(env), "the Slurm job's memory request")]
+    known = [(b, what) for b, what in found if b]
+    return min(known) if known else (0, "")

@@ -85,6 +85,15 @@ class ChecksummedWriter:
         return self.hasher.hexdigest()
 
 
+def write_array(group: zarr.Group, name: str, data: np.ndarray) -> str:
+    """Write an in-memory array chunk by chunk; return its content digest."""
+    writer = ChecksummedWriter(create_array(group, name, data.shape, data.dtype))
+    step = writer.array.chunks[0]
+    for start in range(0, len(data), step):
+        writer.write(data[start:start + step])
+    return writer.finish()
+
+
 def combine_digests(digests: dict[str, str]) -> str:
     """One content checksum for a store from its per-array digests (order-independent)."""
     h = hashlib.blake2b(digest_size=16)
@@ -151,7 +160,9 @@ def open_checked(path: str | os.PathLike, required: tuple[str, ...] = ()) -> zar
     try:
         group = zarr.open_group(str(path), mode="r")
     except Exception as exc:  # zarr raises several types for a non-store folder
-        raise DistgnnError(f"{path}: not a zarr store ({type(exc).__name__})") from exc
+        inside = sorted(p.name for p in path.glob("*.zarr")) if path.is_dir() else []
+        hint = f"; it holds {', '.join(inside[:3])}: pass one of those" if inside else ""
+        raise DistgnnError(f"{path}: not a zarr store ({type(exc).__name__}){hint}") from exc
     names = array_names(group)
     for name in required:
         if name not in names:
@@ -207,14 +218,15 @@ def chunk_slices(array: zarr.Array) -> range:
 
 
 def read_chunked(array: zarr.Array, label: str | None = None,
-                 allocate=np.empty) -> np.ndarray:
+                 allocate=np.empty, dtype: Any = None) -> np.ndarray:
     """The whole array, read one chunk at a time into one preallocated result (zarr's own
     whole-array read holds decode buffers for many chunks at once, about 40% more memory on a
     large array); a damaged chunk is named. ``allocate(shape, dtype)`` makes the result (e.g.
-    :func:`distgnn.memory.huge_page_array`)."""
+    :func:`distgnn.memory.huge_page_array`); ``dtype`` (default: the array's) converts chunk by
+    chunk, so a float16 array is widened without a second whole copy."""
     if array.ndim == 0:
         return read(array, slice(None), label)
-    out = allocate(array.shape, array.dtype)
+    out = allocate(array.shape, np.dtype(dtype) if dtype is not None else array.dtype)
     step = array.chunks[0]
     for start in chunk_slices(array):
         out[start:start + step] = read(array, slice(start, start + step), label)

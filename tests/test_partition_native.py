@@ -167,3 +167,26 @@ def test_hdrf_below_libra_on_power_law():
 
     assert rf("hdrf") < rf("libra") < rf("random")
     assert rf("hdrf", "shuffle") < rf("libra", "shuffle")
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("parts", [3, 70])
+def test_windows_and_store_streaming_equal_one_pass(method, parts, tmp_path):
+    """The store-order stream placed window by window (windows that split rows and skip empty
+    ones), and read from a zarr array chunk by chunk, gives what one window of every edge gives."""
+    import zarr
+
+    rng = np.random.default_rng(parts)
+    n = 150
+    indptr, indices = random_csr(n, 8 * n, rng)
+    indptr = np.concatenate([indptr[:40], np.repeat(indptr[40], 5), indptr[40:]])  # 5 empty rows
+    n += 5
+    whole = compute_assignment(indptr, indices, parts, method, 7, order="store")
+    array = zarr.create_array(str(tmp_path / "indices.zarr"), shape=indices.shape, chunks=(13,),
+                              dtype=indices.dtype)
+    array[:] = indices
+    for source, window in ((indices, 1), (indices, 7), (indices, 97), (array, 20)):
+        got = compute_assignment(indptr, source, parts, method, 7, order="store", window_edges=window)
+        assert np.array_equal(got.edge_part, whole.edge_part), (type(source), window)
+        assert np.array_equal(got.replicas, whole.replicas) and np.array_equal(got.root, whole.root)
+        assert got.edges.tolist() == whole.edges.tolist()

@@ -51,10 +51,18 @@ def small_tmpfs(tmp_path: Path):
 
 
 def test_full_disk_during_fetch_keeps_nothing(small_tmpfs: Path) -> None:
-    line = one_line(run_cli("fetch", "synth-reddit", "--scale", "0.01", "--root", small_tmpfs, "--quiet"))
+    # past the preflight (which refuses this fetch before it starts): the disk fills mid-write
+    line = one_line(run_cli("fetch", "synth-reddit", "--scale", "0.01", "--root", small_tmpfs, "--quiet",
+                            "--no-preflight"))
     assert ("No space left on device" in line or "disk full" in line) and "graph.zarr" in line
     leftovers = [p.name for p in small_tmpfs.rglob("*") if p.is_file()]
     assert leftovers == []
+
+
+def test_the_preflight_refuses_a_fetch_the_disk_cannot_hold(small_tmpfs: Path) -> None:
+    line = one_line(run_cli("fetch", "synth-reddit", "--scale", "0.01", "--root", small_tmpfs, "--quiet"))
+    assert f"of disk under {small_tmpfs}" in line and "MiB free" in line
+    assert list(small_tmpfs.iterdir()) == []
 
 
 def test_unwritable_output_folder(tmp_path: Path) -> None:

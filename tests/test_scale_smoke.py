@@ -56,3 +56,32 @@ def test_full_size_smoke(tmp_path: Path) -> None:
     assert sorted(m["P"] for m in result["memory_scaling"]) == [1, 2, 4]
     text = md.read_text()
     assert "measured/estimate" in text and "train synth-reddit-x0.01 cd-5 P=2" in text
+
+
+@pytest.mark.timeout(300)
+def test_papers_scale_smoke(tmp_path: Path) -> None:
+    """bench/papers_scale.py at a tiny scale: every stage recorded with its peak and wall time,
+    built parts measured, extrapolated and removed, and the measured RF put into a copy of the
+    calibration's papers law (used at the measured P)."""
+    results, calibration = tmp_path / "r.jsonl", tmp_path / "cal.json"
+    calibration.write_text((ROOT / "docs" / "scale-calibration.json").read_text())
+    cmd = [sys.executable, "-m", "bench.papers_scale", "--work", str(tmp_path / "w"), "--scale", "0.002",
+           "--parts", "2", "4", "--build-parts", "4", "--results", str(results), "--calibration",
+           str(calibration), "--stages", "fetch", "verify", "assign", "build", "estimate", "calibrate"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    records = {r["stage"]: r for r in map(json.loads, results.read_text().splitlines())}
+    for stage in ("fetch", "verify", "assign libra store P=2", "assign libra store P=4",
+                  "assign hdrf store P=4", "assign hdrf shuffle P=4"):
+        assert records[stage]["rc"] == 0 and records[stage]["wall_s"] > 0, records[stage]
+        assert records[stage]["peak_bytes"] > 0
+    assert 1.0 < records["assign libra store P=2"]["rf"] < records["assign libra store P=4"]["rf"]
+    built = [r for s, r in records.items() if s.startswith("build libra P=4 part")]
+    assert len(built) >= 2 and all(r["part_bytes"] > 0 for r in built)
+    assert records["extrapolate libra P=4"]["all_parts_bytes"] > sum(r["part_bytes"] for r in built)
+    law = json.loads(calibration.read_text())["papers_replication"]
+    assert law["measured"] == {"2": records["assign libra store P=2"]["rf"],
+                               "4": records["assign libra store P=4"]["rf"]}
+    assert "synth-papers100M --scale 0.002" in law["measured_on"]
+    assert "papers_replication_extrapolated" in json.loads(calibration.read_text())
+    assert not list((tmp_path / "w" / "parts" / "libra-store-4").glob("part_*.zarr"))  # removed after

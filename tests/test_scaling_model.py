@@ -274,3 +274,16 @@ def test_leaf_edge_fractions_of_a_hand_cut() -> None:
     assert leaf_edge_fractions(indptr, indices, edge_part, np.array([0, 0, 1, 1])) == (0.5, 0.5)
     # with vertex 1's root on part 1, its part-0 replica (in 0->1, out 1->0) is the other leaf
     assert leaf_edge_fractions(indptr, indices, edge_part, np.array([0, 1, 1, 1])) == (0.5, 1.0)
+
+
+def test_measured_rf_is_used_where_it_exists_and_survives_the_calibration_file():
+    """A law carrying RF measured on the graph it stands for (the full-size papers twin) returns
+    the measurement at those P and the law between them; the file keeps both."""
+    law = fit_replication([16, 32, 64, 128], [3.53, 4.32, 5.14, 5.97])
+    plain = law(100)
+    law.measured, law.measured_on = {16: 3.53, 128: 5.97}, "the twin at scale 1"
+    assert law(128) == 5.97 and law(16) == 3.53 and law(100) == plain
+    assert list(law([16, 100, 128])) == [3.53, plain, 5.97]
+    again = ReplicationLaw.from_dict(json.loads(json.dumps(law.to_dict())))
+    assert again(128) == 5.97 and again.measured_on == "the twin at scale 1"
+    assert "measured RF(16) = 3.530, RF(128) = 5.970 on the twin at scale 1" in again.describe()

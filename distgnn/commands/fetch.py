@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from distgnn.data.catalog import DATASETS, DEFAULT_CHUNK_BUDGET
+from distgnn.data.catalog import DATASETS, DEFAULT_CHUNK_BUDGET, DEFAULT_CSR_BUDGET, FEATURE_DTYPES
 from distgnn.options import add_threads_option, check_threads
 
 
@@ -27,9 +27,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--normalize-features", action="store_true",
                    help="divide each feature row by its sum, as the GCN and GAT papers do for the "
                         "citation graphs (store name gets -rownorm)")
+    p.add_argument("--feature-dtype", choices=FEATURE_DTYPES, default="float32",
+                   help="on-disk form of the features: float16 halves their disk (store name gets "
+                        "-f16; readers widen to float32; docs/design.md#stores) (default: %(default)s)")
     p.add_argument("--force", action="store_true", help="rebuild an existing store")
     p.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_BUDGET / 2**20,
                    help="memory budget of one streamed block, MiB (default: %(default)s)")
+    p.add_argument("--csr-mb", type=float, default=DEFAULT_CSR_BUDGET / 2**20,
+                   help="memory for the CSR's indices at once, MiB: a graph with more is built in "
+                        "row ranges, one pass over the spooled edges each (default: %(default)s)")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the check that the conversion's memory and disk fit here "
+                        "(docs/design.md#preflight)")
     add_threads_option(p, "native threads")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
@@ -41,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     check_threads(args.threads)
     start = time.perf_counter()
     target = store_path(args.root, args.dataset, args.scale, args.seed, args.name, args.mean_degree,
-                        args.labelled_fraction, args.normalize_features)
+                        args.labelled_fraction, args.normalize_features, args.feature_dtype)
     if target.exists() and not args.force:
         print(f"{target} exists (--force rebuilds it)")
         return 0
@@ -49,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
                  seed=args.seed, undirected=args.undirected, force=args.force,
                  budget=int(args.chunk_mb * 2**20), threads=args.threads, mean_degree=args.mean_degree,
                  labelled_fraction=args.labelled_fraction,
-                 normalize_features=args.normalize_features)
+                 normalize_features=args.normalize_features, feature_dtype=args.feature_dtype,
+                 csr_budget=int(args.csr_mb * 2**20), preflight=not args.no_preflight)
     print(f"{path} ({time.perf_counter() - start:.1f} s)")
     return 0

@@ -56,6 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--part", type=int, help="build: the partition K to build")
     add_threads_option(p, "native threads")
     p.add_argument("--force", action="store_true", help="replace an existing assignment")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the checks that the stages' memory and disk fit here "
+                        "(docs/design.md#preflight)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -135,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
         if args.part is None:
             raise DistgnnError("partition build: --part K is required")
-        out = build_part(path, args.part, args.threads, order=order)
+        out = build_part(path, args.part, args.threads, order=order, preflight=not args.no_preflight)
         print(f"{out} ({time.perf_counter() - start:.1f} s)")
         return 0
     if args.parts is None:
@@ -147,10 +150,11 @@ def run(args: argparse.Namespace) -> int:
     new_folders = _missing_folders(out)
     try:
         out, attrs = assign_graph(path, args.parts, args.method, args.seed, out, args.threads,
-                                  overwrite=args.force, order=stream, root_rule=args.roots)
+                                  overwrite=args.force, order=stream, root_rule=args.roots,
+                                  preflight=not args.no_preflight)
         if stage is None:
             try:
-                build_all(out, args.threads, order=order)
+                build_all(out, args.threads, order=order, preflight=not args.no_preflight)
             except BaseException:
                 _remove_outputs(out)  # an assignment without its parts must not look complete
                 raise

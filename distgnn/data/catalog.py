@@ -10,3 +10,9 @@ DATASETS = (*OGB_DATASETS, "reddit", *PLANETOID_DATASETS, "npy", *TWIN_NAMES)
 
 #: memory budget of one streamed block of a conversion, bytes
 DEFAULT_CHUNK_BUDGET = 64 << 20
+#: bytes of CSR indices a conversion builds at once; more are built in row ranges
+DEFAULT_CSR_BUDGET = 1 << 30
+
+#: the on-disk forms of a graph store's ``feat`` (docs/design.md#stores): float32, or float16 for
+#: half the disk
+FEATURE_DTYPES = ("float32", "float16")

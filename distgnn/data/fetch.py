@@ -2,16 +2,20 @@
 into ``<root>/<store>/graph.zarr``."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 
 from distgnn.data.catalog import DATASETS, OGB_DATASETS, PLANETOID_DATASETS
-from distgnn.data.graph_store import DEFAULT_CHUNK_BUDGET, store_name, write_graph_store
+from distgnn.data.graph_store import (DEFAULT_CHUNK_BUDGET, DEFAULT_CSR_BUDGET, check_feature_dtype,
+                                      store_name, write_graph_store)
 from distgnn.data.source import GraphSource, RowChunks
-from distgnn.data.synthetic import TWINS, make_twin
+from distgnn.data.synthetic import TWINS, make_twin, twin_size
 from distgnn.errors import DistgnnError
+from distgnn.preflight import check, fetch_needs
+from distgnn.progress import is_quiet
 
 
 def _reader(dataset: str) -> Callable[..., GraphSource]:
@@ -56,10 +60,11 @@ def open_source(dataset: str, *, source: str | Path | None = None, download_dir:
 
 def store_path(root: str | Path, dataset: str, scale: float = 1.0, seed: int = 0,
                name: str | None = None, mean_degree: float | None = None,
-               labelled_fraction: float | None = None, normalize_features: bool = False) -> Path:
+               labelled_fraction: float | None = None, normalize_features: bool = False,
+               feature_dtype: str = "float32") -> Path:
     """Where ``fetch`` writes: ``<root>/<store>/graph.zarr``."""
     return Path(root) / store_name(dataset, scale, seed, name, mean_degree, labelled_fraction,
-                                   normalize_features) / "graph.zarr"
+                                   normalize_features, feature_dtype) / "graph.zarr"
 
 
 def row_normalized(features: RowChunks) -> RowChunks:
@@ -73,18 +78,39 @@ def row_normalized(features: RowChunks) -> RowChunks:
     return blocks
 
 
+def _check_fits(dataset: str, target: Path, num_nodes: int, pairs: int, add_reverse: bool,
+                feat_dim: int, feature_dtype: str, budget: int, csr_budget: int) -> None:
+    """The conversion's preflight (:func:`distgnn.preflight.fetch_needs`): one line and exit 2
+    when it would not fit, else its summary on stderr."""
+    line = check(fetch_needs(f"fetch {dataset}", target.parent, num_nodes, pairs, add_reverse,
+                             feat_dim, np.dtype(feature_dtype).itemsize, budget, csr_budget))
+    if not is_quiet():
+        print(line, file=sys.stderr)
+
+
 def fetch(dataset: str, *, root: str | Path = "data", source: str | Path | None = None,
           name: str | None = None, scale: float = 1.0, seed: int = 0, undirected: bool = False,
           force: bool = False, budget: int = DEFAULT_CHUNK_BUDGET, threads: int = 0,
           mean_degree: float | None = None, labelled_fraction: float | None = None,
-          normalize_features: bool = False) -> Path:
+          normalize_features: bool = False, feature_dtype: str = "float32",
+          csr_budget: int = DEFAULT_CSR_BUDGET, preflight: bool = True) -> Path:
     """Write ``<root>/<store>/graph.zarr`` and return its path; an existing complete store is kept
     unless ``force``. ``normalize_features``: store each feature row divided by its sum
-    (:func:`row_normalized`)."""
+    (:func:`row_normalized`); ``feature_dtype``: the features' on-disk form
+    (:data:`distgnn.data.graph_store.FEATURE_DTYPES`); ``csr_budget``: bytes of CSR indices built
+    at once (:class:`distgnn.data.graph_store.SpooledCsr`); ``preflight``: refuse, before any work,
+    a conversion whose memory or disk would not fit (:mod:`distgnn.preflight`; sources that know
+    their edge count beforehand: twins and npy folders)."""
+    check_feature_dtype(feature_dtype)
     target = store_path(root, dataset, scale, seed, name, mean_degree, labelled_fraction,
-                        normalize_features)
+                        normalize_features, feature_dtype)
     if target.exists() and not force:
         return target
+    if preflight and dataset in TWINS:  # before the twin's per-vertex model is drawn
+        spec = TWINS[dataset]
+        n, m = twin_size(spec, scale, mean_degree)
+        _check_fits(dataset, target, n, m if spec.directed else m // 2, not spec.directed or undirected,
+                    spec.feat_dim, feature_dtype, budget, csr_budget)
     graph = open_source(dataset, source=source, download_dir=target.parent / "raw",
                         scale=scale, seed=seed, undirected=undirected, mean_degree=mean_degree,
                         labelled_fraction=labelled_fraction)
@@ -95,4 +121,8 @@ def fetch(dataset: str, *, root: str | Path = "data", source: str | Path | None 
     if normalize_features:
         graph.features = row_normalized(graph.features)
         graph.normalize_features = True
-    return write_graph_store(graph, target, overwrite=force, budget=budget, threads=threads)
+    if preflight and dataset not in TWINS and graph.num_pairs is not None:
+        _check_fits(dataset, target, graph.num_nodes, graph.num_pairs, graph.add_reverse,
+                    graph.feat_dim, feature_dtype, budget, csr_budget)
+    return write_graph_store(graph, target, overwrite=force, budget=budget, threads=threads,
+                             feature_dtype=feature_dtype, csr_budget=csr_budget)

@@ -71,7 +71,7 @@ def read_npy_folder(folder: str | Path, *, undirected: bool = False, seed: int =
         name=name, num_nodes=num_nodes, num_classes=num_classes, feat_dim=feat_dim,
         edges=edges, features=features, labels=labels, masks=masks, source=str(folder.resolve()),
         multilabel=multilabel, directed=not undirected, add_reverse=undirected,
-        allow_unlabelled=True, seed=seed,
+        allow_unlabelled=True, seed=seed, num_pairs=int(src_shape[0]),
         files={"edges": f"{files['src']} / dst.npy", "features": str(files["feat"]),
                "labels": str(files["label"]), **{k: str(v) for k, v in mask_files.items()}},
     )

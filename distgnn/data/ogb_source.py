@@ -164,6 +164,7 @@ def read_ogb(dataset: str, *, source: Path | None = None, download_dir: Path,
         edges=reader.edges, features=reader.features, labels=labels, masks=masks, source=origin,
         multilabel=meta.multilabel, directed=not add_reverse, add_reverse=add_reverse,
         allow_unlabelled=not meta.multilabel and bool((labels < 0).any()), seed=seed,
+        num_pairs=reader.num_edges,
         files={"edges": reader.edge_file, "features": reader.feat_file,
                "labels": reader.label_file, **files})
 

@@ -41,3 +41,4 @@ class GraphSource:
     labelled_fraction: float | None = None  #: twins: requested fraction of vertices in the split (None: real)
     normalize_features: bool = False  #: each feature row divided by its sum (fetch --normalize-features)
     files: dict[str, str] = field(default_factory=dict)  #: logical part -> file, for error messages
+    num_pairs: int | None = None  #: edge pairs ``edges()`` yields, when known beforehand (progress, pre-checks)

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Union
 
 import numpy as np
+import zarr
 
 from distgnn import _native
 from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
 from distgnn.partition.quality import quality
-from distgnn.partition.store_io import read_csr, write_array
-from distgnn.zarr_io import AtomicGroup, combine_digests
+from distgnn.partition.store_io import write_array
+from distgnn.preflight import assign_needs, check
+from distgnn.progress import is_quiet, progress
+from distgnn.zarr_io import AtomicGroup, combine_digests, read, read_chunked
 
 
 @dataclass
@@ -58,14 +62,48 @@ def check_request(num_nodes: int, parts: int, method: str) -> None:
                            f"(expected at most one partition per vertex)")
 
 
-def compute_assignment(indptr: np.ndarray, indices: np.ndarray, parts: int, method: str,
+#: edges per native call of a streamed (store-order) assignment: one read of the graph's
+#: sources and one step of the progress bar (64 MiB of int32 ids)
+WINDOW_EDGES = 1 << 24
+
+Sources = Union[np.ndarray, zarr.Array]
+"""The graph's ``indices`` (the source of each edge): in memory, or a store's array streamed."""
+
+
+def source_windows(indices: Sources, window_edges: int | None = None,
+                   label: str = "indices") -> Iterator[tuple[int, np.ndarray]]:
+    """(first edge id, sources of the window) of consecutive windows of about ``window_edges``
+    (default :data:`WINDOW_EDGES`) over ``indices``; a zarr array is read in whole chunks (a
+    damaged chunk named through ``label``)."""
+    m = int(indices.shape[0])
+    step = window_edges or WINDOW_EDGES
+    if not isinstance(indices, np.ndarray):
+        chunk = int(indices.chunks[0])
+        step = max(1, step // chunk) * chunk
+    for lo in range(0, m, step):
+        if isinstance(indices, np.ndarray):
+            window = indices[lo:lo + step]
+        else:
+            window = read(indices, slice(lo, lo + step), label)
+        if window.dtype not in (np.int32, np.int64):
+            window = window.astype(np.int64)
+        yield lo, np.ascontiguousarray(window)
+
+
+def compute_assignment(indptr: np.ndarray, indices: Sources, parts: int, method: str,
                        seed: int = 0, train_mask: np.ndarray | None = None,
                        threads: int = 0, hdrf_lambda: float = layout.HDRF_LAMBDA,
-                       order: str | None = None, root_rule: str = "balance") -> Assignment:
-    """Assign the edges of a CSR by destination (indptr int64 [N+1], indices int32/int64 [E]).
+                       order: str | None = None, root_rule: str = "balance",
+                       label: str = "indices", window_edges: int | None = None) -> Assignment:
+    """Assign the edges of a CSR by destination (indptr int64 [N+1]; indices int32/int64 [E], in
+    memory or a store's zarr array).
 
     ``order`` is the edge stream of libra and hdrf (``store`` or ``shuffle``; default
-    :func:`layout.default_order`); ``shuffle`` costs 4 + 4 bytes per edge more memory.
+    :func:`layout.default_order`). In ``store`` order (and for random and hash) the sources are
+    streamed in windows of ``window_edges`` (default :data:`WINDOW_EDGES`), read twice
+    (out-degrees, then placement), so the edges cost only ``edge_part`` (1 byte each up to 255
+    parts); ``shuffle`` visits edges at random and holds every source plus 4 + 4 bytes per edge
+    more (docs/design.md#preflight).
     ``root_rule`` (:data:`layout.ROOT_RULES`): ``balance`` may put a root on any replica;
     ``in-edges`` only on a replica holding the most of the vertex's in-edges (8 bytes per vertex
     more memory), so the root's own partial is the largest share of its aggregate.
@@ -78,18 +116,26 @@ def compute_assignment(indptr: np.ndarray, indices: np.ndarray, parts: int, meth
     n = len(indptr) - 1
     check_request(n, parts, method)
     indptr = np.ascontiguousarray(indptr, dtype=np.int64)
-    indices = np.ascontiguousarray(indices)
-    if indices.dtype not in (np.int32, np.int64):
-        indices = indices.astype(np.int64)
+    m = int(indptr[-1])
+    shuffled = order == "shuffle" and method in layout.STREAMED
+    if shuffled and not isinstance(indices, np.ndarray):
+        indices = read_chunked(indices, label)  # the shuffled stream visits every edge at random
     degree = np.diff(indptr)
     # out-degrees natively: np.bincount would first copy int32 ids to int64 (8 bytes per edge)
-    _native.csr_count_by_row(indices, degree)
-    edge_part = np.empty(len(indices), dtype=layout.part_dtype(parts))
+    for _, window in source_windows(indices, window_edges, label):
+        _native.csr_count_by_row(window, degree)
+    edge_part = np.empty(m, dtype=layout.part_dtype(parts))
     bits = np.zeros(n * layout.words(parts), dtype=np.uint64)
     edges = np.zeros(parts, dtype=np.int64)
-    _native.partition_assign(indptr, indices, parts, method, order, seed & (2**64 - 1), degree,
-                             edge_part, bits, edges, float(hdrf_lambda), int(threads))
-    del degree
+    windows = ([(0, np.ascontiguousarray(indices))] if shuffled
+               else source_windows(indices, window_edges, label))
+    bar = progress(desc=f"assign {method} P={parts}", total=m, unit=" edges", unit_scale=True)
+    for lo, window in windows:
+        _native.partition_assign(indptr, window, lo, parts, method, order, seed & (2**64 - 1),
+                                 degree, edge_part, bits, edges, float(hdrf_lambda), int(threads))
+        bar.update(len(window))
+    bar.close()
+    del degree, windows
     train = (np.zeros(n, dtype=bool) if train_mask is None
              else np.ascontiguousarray(train_mask, dtype=bool))
     root = np.empty(n, dtype=np.int32)
@@ -107,25 +153,30 @@ def compute_assignment(indptr: np.ndarray, indices: np.ndarray, parts: int, meth
 
 
 def root_local_edges(indptr: np.ndarray, edge_part: np.ndarray, root: np.ndarray,
-                     rows_per_chunk: int = 1 << 20) -> int:
+                     window_edges: int | None = None) -> int:
     """Number of edges (u, v) on the partition of v's root: the part of the aggregates that roots
-    compute themselves (the rest reaches them from leaves). Rows in chunks: bounded memory."""
-    total = 0
-    for start in range(0, len(indptr) - 1, rows_per_chunk):
-        stop = min(start + rows_per_chunk, len(indptr) - 1)
+    compute themselves (the rest reaches them from leaves). Rows in ranges of about
+    ``window_edges`` edges (default :data:`WINDOW_EDGES`): bounded memory."""
+    window_edges = window_edges or WINDOW_EDGES
+    n, total, start = len(indptr) - 1, 0, 0
+    while start < n:
+        stop = int(np.searchsorted(indptr, indptr[start] + window_edges, "right")) - 1
+        stop = min(n, max(stop, start + 1))
         counts = np.diff(indptr[start:stop + 1])
         parts = edge_part[indptr[start]:indptr[stop]]
         total += int(np.count_nonzero(parts == np.repeat(root[start:stop], counts)))
+        start = stop
     return total
 
 
 def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", seed: int = 0,
                  out: str | os.PathLike | None = None, threads: int = 0,
                  overwrite: bool = False, order: str | None = None,
-                 root_rule: str = "balance") -> tuple[Path, dict[str, Any]]:
+                 root_rule: str = "balance", preflight: bool = True) -> tuple[Path, dict[str, Any]]:
     """Assign ``graph`` (a graph.zarr) into ``parts`` partitions; write ``<out>/assignment.zarr``
     (and remove any ``part_<K>.zarr`` with K >= ``parts`` an earlier assignment left there).
-    ``root_rule``: see :func:`compute_assignment`.
+    ``root_rule``: see :func:`compute_assignment`. ``preflight``: first refuse, in one line, an
+    assignment whose memory or disk would not fit here (:func:`distgnn.preflight.assign_needs`).
 
     Returns (the partition folder, the assignment's attrs).
     """
@@ -137,16 +188,23 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
     out = Path(out) if out is not None else layout.default_out(graph, method, parts)
     if (out / layout.ASSIGNMENT).exists() and not overwrite:  # fail before the work, not after
         raise DistgnnError(f"{out / layout.ASSIGNMENT} already exists (use --force to replace it)")
+    order = order or layout.default_order(method)
+    if preflight:
+        line = check(assign_needs(
+            f"partition assign {method} P={parts}", out, store.num_nodes, store.num_edges, parts,
+            order == "shuffle" and method in layout.STREAMED, root_rule == "in-edges",
+            WINDOW_EDGES))
+        if not is_quiet():
+            print(line, file=sys.stderr)
     start = time.perf_counter()
-    indptr, indices = read_csr(store)
+    indptr = read_chunked(store["indptr"], f"{graph}/indptr")
     train = store["train_mask"][:]
     read_s = time.perf_counter() - start
     start = time.perf_counter()
-    order = order or layout.default_order(method)
-    result = compute_assignment(indptr, indices, parts, method, seed, train, threads, order=order,
-                                root_rule=root_rule)
+    result = compute_assignment(indptr, store["indices"], parts, method, seed, train, threads,
+                                order=order, root_rule=root_rule, label=f"{graph}/indices")
     assign_s = time.perf_counter() - start
-    del indptr, indices
+    del indptr
     n = store.num_nodes
     with AtomicGroup(out / layout.ASSIGNMENT, overwrite=overwrite) as target:
         digests = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from distgnn import _native
+from distgnn import _native, preflight
 from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.options import existing_path
@@ -24,7 +25,7 @@ from distgnn.partition import layout
 from distgnn.partition.store_io import (RowWriter, ScatteredRows, SharedChunks, create_row_array,
                                         gather_rows_multi, read_csr, write_array)
 from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER, block_permutation, check_order
-from distgnn.progress import progress
+from distgnn.progress import is_quiet, progress
 from distgnn.zarr_io import AtomicGroup, combine_digests, open_checked, read_chunked
 
 
@@ -268,6 +269,29 @@ class PartWriter:
             self.abort()
 
 
+def check_build_fits(folder: str | os.PathLike, parts: list[int] | None = None,
+                     graph: str | os.PathLike | None = None) -> str:
+    """Before any input is read: refuse in one line a build of ``parts`` (default: every part)
+    whose memory or disk would not fit here (:func:`distgnn.preflight.build_needs`, from the
+    assignment's per-part counts); return the summary line."""
+    folder = Path(folder)
+    _, attrs = open_assignment(folder)
+    store = open_graph_for(attrs, graph)
+    ks = list(range(attrs["P"])) if parts is None else parts
+    label = store["label"]
+    needs = preflight.build_needs(
+        f"partition build {folder} ({len(ks)} of {attrs['P']} parts)", folder, attrs["num_nodes"],
+        attrs["num_edges"], attrs["P"], [attrs["part_vertices"][k] for k in ks],
+        [attrs["part_edges"][k] for k in ks], int(store.attrs["feat_dim"]), store["feat"].dtype.itemsize,
+        label.dtype.itemsize * int(np.prod(label.shape[1:], dtype=np.int64)))
+    return preflight.check(needs)
+
+
+def _say(line: str) -> None:
+    if not is_quiet():
+        print(line, file=sys.stderr)
+
+
 def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = True,
                order: str = DEFAULT_VERTEX_ORDER) -> Path:
     """Write ``part_<k>.zarr`` under a temporary name and rename it when complete."""
@@ -281,19 +305,28 @@ def build_from(inp: BuildInputs, k: int, threads: int = 0, overwrite: bool = Tru
 
 
 def build_part(folder: str | os.PathLike, k: int, threads: int = 0,
-               graph: str | os.PathLike | None = None, order: str = DEFAULT_VERTEX_ORDER) -> Path:
-    """Build one part (the DAG's `build` stage) in vertex order ``order``."""
+               graph: str | os.PathLike | None = None, order: str = DEFAULT_VERTEX_ORDER,
+               preflight: bool = True) -> Path:
+    """Build one part (the DAG's `build` stage) in vertex order ``order``; ``preflight``: first
+    refuse a build that would not fit (:func:`check_build_fits`)."""
     check_order(order)
+    if preflight:
+        _, attrs = open_assignment(Path(folder))
+        if not 0 <= k < attrs["P"]:
+            raise DistgnnError(f"--part: expected 0 <= K < {attrs['P']}, got {k}")
+        _say(check_build_fits(folder, [k], graph))
     inp = load_inputs(folder, graph)
     return build_from(inp, k, threads, order=order)
 
 
 def build_all(folder: str | os.PathLike, threads: int = 0,
-              order: str = DEFAULT_VERTEX_ORDER) -> list[Path]:
+              order: str = DEFAULT_VERTEX_ORDER, preflight: bool = True) -> list[Path]:
     """Build every part, reading the graph and the assignment once, and the row data (features)
     once as well: each source chunk is read one time and its rows sent to every part's writer
-    (memory: two chunks per part, whatever the width)."""
+    (memory: two chunks per part, whatever the width); ``preflight``: see :func:`build_part`."""
     check_order(order)
+    if preflight:
+        _say(check_build_fits(folder))
     inp = load_inputs(folder)
     workers = max(1, threads if threads > 0 else (os.cpu_count() or 1))
     with contextlib.ExitStack() as stack:

@@ -12,7 +12,8 @@ import zarr.codecs
 
 from distgnn import _native, atomic
 from distgnn.errors import DistgnnError
-from distgnn.zarr_io import ChecksummedWriter, create_array, read, read_chunked, rows_per_chunk
+from distgnn.zarr_io import (ChecksummedWriter, create_array, read, read_chunked, rows_per_chunk,
+                             write_array)  # noqa: F401 (write_array re-exported)
 
 
 _NATIVE_GATHER = (np.dtype(np.float32), np.dtype(np.float64))
@@ -21,15 +22,6 @@ _NATIVE_GATHER = (np.dtype(np.float32), np.dtype(np.float64))
 def read_csr(store) -> tuple[np.ndarray, np.ndarray]:
     """(indptr, indices) of a :class:`~distgnn.data.graph_store.GraphStore`, read chunk-wise."""
     return read_chunked(store["indptr"]), read_chunked(store["indices"])
-
-
-def write_array(group: zarr.Group, name: str, data: np.ndarray) -> str:
-    """Write an in-memory array chunk by chunk; return its content digest."""
-    writer = ChecksummedWriter(create_array(group, name, data.shape, data.dtype))
-    step = writer.array.chunks[0]
-    for start in range(0, len(data), step):
-        writer.write(data[start:start + step])
-    return writer.finish()
 
 
 def create_row_array(group: zarr.Group, name: str, shape: tuple[int, ...], dtype) -> zarr.Array:

@@ -9,10 +9,14 @@ The law also carries which leaves carry rows at the root (docs/design.md#compact
 fraction of leaf replicas with local in-edges (their partials are written) and with local
 out-edges (their source rows are read), measured at the largest P partitioned and held there
 (both fall as P grows, so the rows are overcounted, not under); 1 where not measured.
+
+Where RF has been measured on the graph the law stands for (``measured``: the full-size
+papers100M twin at P = 16..128, bench/papers_scale.py), the measurement is used at those P and the
+law, refitted on them, between them.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
@@ -31,15 +35,25 @@ class ReplicationLaw:
     fitted_parts: tuple[int, ...] = ()
     leaf_in_fraction: float = 1.0      #: leaves with local in-edges / leaves
     leaf_out_fraction: float = 1.0     #: leaves with local out-edges / leaves
+    #: RF measured at these P on the graph the law stands for: used there instead of the law
+    measured: dict[int, float] = field(default_factory=dict)
+    measured_on: str = ""              #: the graph (and partitioner) ``measured`` comes from
 
     def __call__(self, parts: int | np.ndarray) -> np.ndarray | float:
         p = np.asarray(parts, dtype=float)
         rf = np.minimum(1.0 + self.a * np.power(np.maximum(p - 1.0, 0.0), self.b), np.maximum(p, 1.0))
+        if self.measured:
+            rf = np.where(np.isin(p, list(self.measured)),
+                          np.vectorize(lambda q: self.measured.get(int(q), 0.0), otypes=[float])(p), rf)
         return float(rf) if rf.ndim == 0 else rf
 
     def describe(self) -> str:
         res = ", ".join(f"P={p}: {100 * r:+.1f}%" for p, r in zip(self.fitted_parts, self.residuals))
-        return f"RF(P) = 1 + {self.a:.4f} (P - 1)^{self.b:.4f}  (residuals {res})"
+        out = f"RF(P) = 1 + {self.a:.4f} (P - 1)^{self.b:.4f}  (residuals {res})"
+        if self.measured:
+            out += ("; measured " + ", ".join(f"RF({p}) = {r:.3f}" for p, r in sorted(self.measured.items()))
+                    + f" on {self.measured_on}, used at those P")
+        return out
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,7 +64,9 @@ class ReplicationLaw:
                    vertex_balance=d.get("vertex_balance", 1.0), residuals=tuple(d.get("residuals", ())),
                    fitted_parts=tuple(d.get("fitted_parts", ())),
                    leaf_in_fraction=d.get("leaf_in_fraction", 1.0),
-                   leaf_out_fraction=d.get("leaf_out_fraction", 1.0))
+                   leaf_out_fraction=d.get("leaf_out_fraction", 1.0),
+                   measured={int(p): float(r) for p, r in d.get("measured", {}).items()},
+                   measured_on=d.get("measured_on", ""))
 
 
 def fit_replication(parts: list[int], rf: list[float], edge_balance: list[float] | None = None,

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from distgnn.errors import DistgnnError
+from distgnn.memory import cgroup_memory_left, memory_budget, slurm_memory_bytes  # noqa: F401 (re-exported)
 from distgnn.models import registry
 from distgnn.vocabulary import parse_algorithm, resolve_apply
 
@@ -275,62 +276,6 @@ def measure_baseline() -> int:
     if out.returncode != 0:
         raise DistgnnError(f"measuring the interpreter baseline failed: {out.stderr.strip()[-300:]}")
     return int(out.stdout.strip().splitlines()[-1])
-
-
-def cgroup_memory_left(proc_cgroup: str = "/proc/self/cgroup",
-                       root: str = "/sys/fs/cgroup") -> int | None:
-    """Bytes this process's cgroup (v2) and its ancestors still allow: the least of
-    ``memory.max - memory.current`` from its own folder up to the root; None without a limit
-    (``max`` everywhere, or no cgroup v2 mount)."""
-    try:
-        line = next(l for l in Path(proc_cgroup).read_text().splitlines() if l.startswith("0::"))
-    except (OSError, StopIteration):
-        return None
-    folder = Path(root) / line[3:].strip().lstrip("/")
-    least = None
-    for here in [folder, *folder.parents]:
-        if Path(root) not in (here, *here.parents):
-            break  # above the cgroup mount
-        try:
-            limit = (here / "memory.max").read_text().strip()
-            used = int((here / "memory.current").read_text().strip())
-        except (OSError, ValueError):
-            continue
-        if limit != "max":
-            left = max(int(limit) - used, 0)
-            least = left if least is None else min(least, left)
-    return least
-
-
-def slurm_memory_bytes(env: dict[str, str] | None = None) -> int | None:
-    """What a Slurm job may use on this node, bytes: ``--mem`` (SLURM_MEM_PER_NODE, MiB), or
-    ``--mem-per-cpu`` times the job's cpus here (SLURM_MEM_PER_CPU x SLURM_CPUS_ON_NODE); None
-    outside Slurm or without a memory request."""
-    env = os.environ if env is None else env
-    per_node, per_cpu = env.get("SLURM_MEM_PER_NODE", ""), env.get("SLURM_MEM_PER_CPU", "")
-    if per_node.isdigit() and int(per_node) > 0:
-        return int(per_node) << 20
-    cpus = env.get("SLURM_CPUS_ON_NODE", "")
-    if per_cpu.isdigit() and cpus.isdigit() and int(per_cpu) > 0:
-        return int(per_cpu) * int(cpus) << 20
-    return None
-
-
-def memory_budget(meminfo: str = "/proc/meminfo", proc_cgroup: str = "/proc/self/cgroup",
-                  cgroup_root: str = "/sys/fs/cgroup", env: dict[str, str] | None = None
-                  ) -> tuple[int, str]:
-    """(bytes, what sets them) this machine's ranks may use: the least of the node's
-    MemAvailable, the cgroup's limit less its use, and the Slurm job's memory request; (0, '')
-    where none is known. On a cluster the job's own limit, not the node's free memory, is what a
-    rank is killed for exceeding."""
-    from distgnn.memory import proc_kib_field
-
-    found = [(proc_kib_field(meminfo, "MemAvailable"), "the node's MemAvailable"),
-             (cgroup_memory_left(proc_cgroup, cgroup_root), "the cgroup's memory.max less its use"),
-             (slurm_memory_bytes(env), "the Slurm job's memory request")]
-    known = [(b, what) for b, what in found if b]
-    return min(known) if known else (0, "")
-
 
 
 def available_memory_bytes() -> int:

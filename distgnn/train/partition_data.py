@@ -94,9 +94,11 @@ def load_partition(partition_dir: str | os.PathLike, k: int,
     check_layout(path, dict(group.attrs))
     from distgnn.memory import huge_page_array
 
+    # feat is float32 in memory whatever its on-disk form (float16 stores widen chunk by chunk)
     arrays = {name: read_chunked(group[name], f"{path}/{name}",
                                  huge_page_array if huge_pages and name in HUGE_PAGE_ARRAYS
-                                 else np.empty) for name in PART_ARRAYS}
+                                 else np.empty, np.float32 if name == "feat" else None)
+              for name in PART_ARRAYS}
     attrs = dict(group.attrs)
     t = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in arrays.items()}
     num_parts = int(attrs.get("P", attrs.get("num_parts", 0)))
@@ -107,7 +109,7 @@ def load_partition(partition_dir: str | os.PathLike, k: int,
         local_to_global=t["local_to_global"].long(), indptr=t["indptr"].long(),
         indices=t["indices"], t_indptr=t["t_indptr"].long(), t_indices=t["t_indices"],
         in_degree_global=t["in_degree_global"].long(), is_root=t["is_root"].bool(),
-        feat=t["feat"].float(), label=t["label"],
+        feat=t["feat"], label=t["label"],
         masks={m: t[m].bool() for m in ("train_mask", "val_mask", "test_mask")},
         leaf_send=RowPlan(t["comm/leaf_send"].long(), arrays["comm/leaf_send_offsets"].astype(np.int64)),
         root_recv=RowPlan(t["comm/root_recv"].long(), arrays["comm/root_recv_offsets"].astype(np.int64)),

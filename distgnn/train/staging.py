@@ -10,6 +10,7 @@ Folders of a process that is gone (a killed run on this node) are removed before
 """
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -42,8 +43,6 @@ def stage_part(partition_dir: str | Path, k: int, stage_dir: str | Path) -> Path
     """Copy ``partition_dir/part_<k>.zarr`` to node-local ``stage_dir`` and check every chunk of
     the copy; returns the staged partition folder (it holds that one part). One-line errors name
     the host and the folder: missing, not writable, too small, or a copy that fails its check."""
-    import os
-
     where = f"--stage {stage_dir} on host {atomic.host()}"
     stage_dir = Path(stage_dir)
     source = Path(partition_dir) / layout.part_name(k)

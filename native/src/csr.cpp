@@ -6,6 +6,7 @@
 
 #include "bindings.hpp"
 #include "distgnn/csr.hpp"
+#include "distgnn/search.hpp"
 
 namespace nb = nanobind;
 
@@ -60,9 +61,34 @@ void transpose(Vec<const int64_t> indptr, Vec<const Out> indices, int64_t n_cols
                           t_indices.data());
 }
 
+void bucket_bounds(Vec<const double> a, double scale, Vec<int64_t> bounds) {
+  if (bounds.shape(0) < 2) throw std::invalid_argument("bounds must have buckets + 1 >= 2 entries");
+  if (!(scale > 0)) throw std::invalid_argument("scale must be positive");
+  nb::gil_scoped_release release;
+  distgnn::search::bucket_bounds(a.data(), static_cast<int64_t>(a.shape(0)), scale,
+                                 static_cast<int64_t>(bounds.shape(0)) - 1, bounds.data());
+}
+
+void search_right(Vec<const double> a, Vec<const int64_t> bounds, double scale, Vec<const double> x,
+                  Vec<int64_t> out, int threads) {
+  if (bounds.shape(0) < 2) throw std::invalid_argument("bounds must have buckets + 1 >= 2 entries");
+  if (out.shape(0) != x.shape(0)) throw std::invalid_argument("out must match x");
+  nb::gil_scoped_release release;
+  distgnn::search::search_right(a.data(), static_cast<int64_t>(a.shape(0)), bounds.data(),
+                                static_cast<int64_t>(bounds.shape(0)) - 1, scale, x.data(),
+                                static_cast<int64_t>(x.shape(0)), out.data(),
+                                threads > 0 ? threads : omp_get_max_threads());
+}
+
 }  // namespace
 
 void register_csr(nb::module_& m) {
+  m.def("search_bucket_bounds", &bucket_bounds,
+        "search_bucket_bounds(a, scale, bounds): bounds[b] = count of a's elements <= b / scale "
+        "(a ascending float64), the table search_right narrows its searches with.");
+  m.def("search_right", &search_right,
+        "search_right(a, bounds, scale, x, out, threads): out = numpy.searchsorted(a, x, "
+        "side='right'), exactly, each search narrowed to the bucket floor(x * scale).");
   const char* count_doc =
       "count_by_row(row, counts) -> int: counts[row[i]] += 1; returns the first out-of-range "
       "position, or -1 (then counts is updated).";

@@ -15,56 +15,63 @@ namespace dp = distgnn::partition;
 namespace {
 
 template <typename Placer, typename Index, typename Part>
-void run_stream(Placer& placer, const int64_t* indptr, const Index* indices, int64_t n, int64_t m,
-                const std::string& order, uint64_t seed, Part* edge_part) {
+void run_stream(Placer& placer, const int64_t* indptr, const Index* window, int64_t n, int64_t e_lo,
+                int64_t e_hi, const std::string& order, uint64_t seed, Part* edge_part) {
   if (order == "store") {
-    dp::stream_store(placer, indptr, indices, n, edge_part);
+    dp::stream_store(placer, indptr, n, window, e_lo, e_hi, edge_part);
     return;
   }
-  // shuffle: a permutation (uint32 when it fits) and the destination of every edge
+  // shuffle (one window of every edge): a permutation (uint32 when it fits) and the destination
+  // of every edge
+  const int64_t m = e_hi;
   std::vector<Index> dst(static_cast<size_t>(m));
   for (int64_t v = 0; v < n; ++v)
     for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) dst[e] = static_cast<Index>(v);
   if (m < (int64_t{1} << 32)) {
     std::vector<uint32_t> perm(static_cast<size_t>(m));
     dp::seeded_permutation(perm.data(), m, seed);
-    dp::stream_order(placer, perm.data(), dst.data(), indices, m, edge_part);
+    dp::stream_order(placer, perm.data(), dst.data(), window, m, edge_part);
   } else {
     std::vector<int64_t> perm(static_cast<size_t>(m));
     dp::seeded_permutation(perm.data(), m, seed);
-    dp::stream_order(placer, perm.data(), dst.data(), indices, m, edge_part);
+    dp::stream_order(placer, perm.data(), dst.data(), window, m, edge_part);
   }
 }
 
 template <typename Index, typename Part>
-void assign(Vec<const int64_t> indptr, Vec<const Index> indices, int P, const std::string& method,
-            const std::string& order, uint64_t seed, Vec<const int64_t> degree, Vec<Part> edge_part,
-            Vec<uint64_t> bits, Vec<int64_t> loads, double hdrf_lambda, int threads) {
+void assign(Vec<const int64_t> indptr, Vec<const Index> window, int64_t edge_lo, int P,
+            const std::string& method, const std::string& order, uint64_t seed,
+            Vec<const int64_t> degree, Vec<Part> edge_part, Vec<uint64_t> bits, Vec<int64_t> loads,
+            double hdrf_lambda, int threads) {
   const int64_t n = static_cast<int64_t>(indptr.shape(0)) - 1;
-  const int64_t m = static_cast<int64_t>(indices.shape(0));
   if (n < 0) throw std::invalid_argument("indptr must have N + 1 >= 1 entries");
+  const int64_t m = indptr.data()[n];
+  const int64_t e_hi = edge_lo + static_cast<int64_t>(window.shape(0));
   if (P < 1) throw std::invalid_argument("P must be >= 1");
   const int64_t words = (P + 63) / 64;
   if (static_cast<int64_t>(bits.shape(0)) != n * words)
     throw std::invalid_argument("bits must have N * ceil(P / 64) words");
   if (static_cast<int64_t>(edge_part.shape(0)) != m)
     throw std::invalid_argument("edge_part must have one entry per edge");
+  if (edge_lo < 0 || e_hi > m) throw std::invalid_argument("the window's edges must lie in [0, E)");
   if (static_cast<int64_t>(degree.shape(0)) != n) throw std::invalid_argument("degree must have N entries");
   if (static_cast<int64_t>(loads.shape(0)) != P) throw std::invalid_argument("loads must have P entries");
   if (order != "store" && order != "shuffle") throw std::invalid_argument("unknown order " + order);
+  if (order == "shuffle" && (edge_lo != 0 || e_hi != m))
+    throw std::invalid_argument("order shuffle needs one window of every edge");
   int meth = method == "libra" ? dp::kLibra : method == "hdrf" ? dp::kHdrf
            : method == "random" ? dp::kRandom : method == "hash" ? dp::kHash : -1;
   if (meth < 0) throw std::invalid_argument("unknown method " + method);
   nb::gil_scoped_release release;
   if (meth == dp::kLibra) {
     dp::Libra placer(P, seed, degree.data(), bits.data(), words, loads.data());
-    run_stream(placer, indptr.data(), indices.data(), n, m, order, seed, edge_part.data());
+    run_stream(placer, indptr.data(), window.data(), n, edge_lo, e_hi, order, seed, edge_part.data());
   } else if (meth == dp::kHdrf) {
     dp::Hdrf placer(P, seed, degree.data(), hdrf_lambda, bits.data(), words, loads.data());
-    run_stream(placer, indptr.data(), indices.data(), n, m, order, seed, edge_part.data());
+    run_stream(placer, indptr.data(), window.data(), n, edge_lo, e_hi, order, seed, edge_part.data());
   } else {
-    dp::assign_hashed(indptr.data(), indices.data(), n, P, seed, meth == dp::kHash, edge_part.data(),
-                      bits.data(), words, loads.data(), threads);
+    dp::assign_hashed(indptr.data(), n, window.data(), edge_lo, e_hi, P, seed, meth == dp::kHash,
+                      edge_part.data(), bits.data(), words, loads.data(), threads);
   }
 }
 
@@ -131,10 +138,13 @@ int64_t fill(Vec<const int64_t> indptr, Vec<const Index> indices, Vec<const Part
 
 void register_partition(nb::module_& m) {
   const char* assign_doc =
-      "partition_assign(indptr, indices, P, method, order, seed, degree, edge_part, bits, loads, "
-      "hdrf_lambda, threads): fill edge_part [E] (partition of each edge, store order), bits "
-      "[N * ceil(P/64)] (replica bitsets, zeroed by the caller) and loads [P] (edges per part). "
-      "method: libra | hdrf | random | hash; order (libra, hdrf): store | shuffle.";
+      "partition_assign(indptr, window, edge_lo, P, method, order, seed, degree, edge_part, bits, "
+      "loads, hdrf_lambda, threads): place the edges [edge_lo, edge_lo + len(window)) (window: "
+      "their sources, a slice of indices) into edge_part [E] (partition of each edge, store "
+      "order), updating bits [N * ceil(P/64)] (replica bitsets, zeroed by the caller before the "
+      "first window) and loads [P] (edges per part); windows in ascending order give what one "
+      "window of every edge gives. method: libra | hdrf | random | hash; order (libra, hdrf): "
+      "store | shuffle (one window of every edge).";
   m.def("partition_assign", &assign<int32_t, uint8_t>, assign_doc);
   m.def("partition_assign", &assign<int32_t, uint16_t>);
   m.def("partition_assign", &assign<int64_t, uint8_t>);

@@ -10,12 +10,12 @@ from snakemake.exceptions import WorkflowError
 
 
 def datasets_by_store():
-    """Store name (docs/design.md#pipeline: dataset[-x<scale>][-d<D>][-l<F>][-rownorm][-seed<N>],
-    or `name`) -> its dataset entry."""
+    """Store name (docs/design.md#pipeline: dataset[-x<scale>][-d<D>][-l<F>][-rownorm][-f16]
+    [-seed<N>], or `name`) -> its dataset entry."""
     return {
         store_name(d["dataset"], d.get("scale", 1.0), d.get("seed", 0), d.get("name"),
                    d.get("mean_degree"), d.get("labelled_fraction"),
-                   d.get("normalize_features", False)): d
+                   d.get("normalize_features", False), d.get("feature_dtype", "float32")): d
         for d in config["datasets"]
     }
 
@@ -38,6 +38,8 @@ def fetch_options(wildcards):
         opts += " --undirected"
     if d.get("normalize_features", False):
         opts += " --normalize-features"
+    if d.get("feature_dtype", "float32") != "float32":
+        opts += f" --feature-dtype {d['feature_dtype']}"
     return opts
 
 

@@ -148,10 +148,16 @@ struct Hdrf {
   std::vector<double> score;
   int64_t maxload = 0, minload = 0, at_min;
 
+  // loads may hold an earlier window's counts (a stream resumed window by window): the running
+  // maximum, minimum and count at the minimum are taken from them.
   Hdrf(int P_, uint64_t seed_, const int64_t* degree_, double lambda_, uint64_t* bits_,
        int64_t words_, int64_t* loads_)
       : P(P_), seed(seed_), degree(degree_), lambda(lambda_), bits(bits_), words(words_),
-        loads(loads_), score(static_cast<size_t>(P_)), at_min(P_) {}
+        loads(loads_), score(static_cast<size_t>(P_)), at_min(0) {
+    maxload = *std::max_element(loads, loads + P);
+    minload = *std::min_element(loads, loads + P);
+    for (int p = 0; p < P; ++p) at_min += loads[p] == minload;
+  }
 
   int place(int64_t u, int64_t v, uint64_t e) {
     uint64_t* au = bits + u * words;
@@ -186,14 +192,21 @@ struct Hdrf {
   }
 };
 
-// Stream every edge in store order (row v of the CSR by destination, sources ascending).
+// The first row holding edge e_lo (the last v with indptr[v] <= e_lo; empty rows skipped).
+inline int64_t row_of_edge(const int64_t* indptr, int64_t n, int64_t e_lo) {
+  return static_cast<int64_t>(std::upper_bound(indptr, indptr + n + 1, e_lo) - indptr) - 1;
+}
+
+// Stream the edges [e_lo, e_hi) in store order (row v of the CSR by destination, sources
+// ascending); window[e - e_lo] is the source of edge e. Every placer keeps its state in the
+// caller's arrays (bits, loads), so consecutive windows give what one pass over all edges gives.
 template <typename Placer, typename Index, typename Part>
-void stream_store(Placer& placer, const int64_t* indptr, const Index* indices, int64_t n,
-                  Part* edge_part) {
-  for (int64_t v = 0; v < n; ++v)
-    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e)
+void stream_store(Placer& placer, const int64_t* indptr, int64_t n, const Index* window,
+                  int64_t e_lo, int64_t e_hi, Part* edge_part) {
+  for (int64_t v = row_of_edge(indptr, n, e_lo); v < n && indptr[v] < e_hi; ++v)
+    for (int64_t e = std::max(indptr[v], e_lo); e < std::min(indptr[v + 1], e_hi); ++e)
       edge_part[e] = static_cast<Part>(
-          placer.place(static_cast<int64_t>(indices[e]), v, static_cast<uint64_t>(e)));
+          placer.place(static_cast<int64_t>(window[e - e_lo]), v, static_cast<uint64_t>(e)));
 }
 
 // Stream the edges in the order perm[0], perm[1], ... (edge ids); dst[e] = destination of e.
@@ -222,28 +235,32 @@ void seeded_permutation(Perm* perm, int64_t m, uint64_t seed) {
 
 // Baselines: `random` puts edge e on splitmix64(seed ^ e) % P; `hash` puts every in-edge of v on
 // splitmix64(seed ^ v) % P (by destination). Parallel over rows; bits are set afterwards.
+// Over the edges [e_lo, e_hi) of a window as in stream_store.
 template <typename Index, typename Part>
-void assign_hashed(const int64_t* indptr, const Index* indices, int64_t n, int P, uint64_t seed,
-                   bool by_destination, Part* edge_part, uint64_t* bits, int64_t words,
-                   int64_t* loads, int threads) {
+void assign_hashed(const int64_t* indptr, int64_t n, const Index* window, int64_t e_lo,
+                   int64_t e_hi, int P, uint64_t seed, bool by_destination, Part* edge_part,
+                   uint64_t* bits, int64_t words, int64_t* loads, int threads) {
   threads = resolve_threads(threads);
   const uint64_t salt = splitmix64(seed);
+  const int64_t first = row_of_edge(indptr, n, e_lo);
+  int64_t last = first;  // one past the last row with an edge in the window
+  while (last < n && indptr[last] < e_hi) ++last;
 #pragma omp parallel for schedule(dynamic, 4096) num_threads(threads)
-  for (int64_t v = 0; v < n; ++v) {
+  for (int64_t v = first; v < last; ++v) {
     const Part hv = static_cast<Part>(splitmix64(salt ^ (static_cast<uint64_t>(v) * kGolden)) %
                                       static_cast<uint64_t>(P));
-    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e)
+    for (int64_t e = std::max(indptr[v], e_lo); e < std::min(indptr[v + 1], e_hi); ++e)
       edge_part[e] = by_destination
                          ? hv
                          : static_cast<Part>(splitmix64(salt ^ (static_cast<uint64_t>(e) * kGolden)) %
                                              static_cast<uint64_t>(P));
   }
-  for (int64_t v = 0; v < n; ++v) {
+  for (int64_t v = first; v < last; ++v) {
     uint64_t* av = bits + v * words;
-    for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+    for (int64_t e = std::max(indptr[v], e_lo); e < std::min(indptr[v + 1], e_hi); ++e) {
       const int c = static_cast<int>(edge_part[e]);
       set_bit(av, c);
-      set_bit(bits + static_cast<int64_t>(indices[e]) * words, c);
+      set_bit(bits + static_cast<int64_t>(window[e - e_lo]) * words, c);
       loads[c] += 1;
     }
   }
