@@ -285,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     from distgnn.scaling.costs import GraphShape, ModelShape, fit_costs
     from distgnn.scaling.model import predict_epoch, speedup_table
     from distgnn.scaling.network import NetworkModel
+    from distgnn.scaling.replication import ReplicationLaw
 
     work = work_folder(args.work, "bench-scaling-")
     python = sys.executable
@@ -362,6 +363,14 @@ def main(argv: list[str] | None = None) -> int:
           f"out-edges {papers_law.leaf_out_fraction:.3f} (held beyond: compact rows, "
           "docs/design.md#compact-rows)")
     say()
+    extrapolated = papers_law
+    kept = (json.loads(Path(args.calibration).read_text()).get("papers_replication", {})
+            if args.calibration and Path(args.calibration).exists() else {})
+    if kept.get("measured"):
+        # RF measured on the full-size twin (bench/papers_scale.py calibrate) outranks this fit
+        papers_law = ReplicationLaw.from_dict(kept)
+        say(f"the papers law kept from {args.calibration}: {papers_law.describe()}")
+        say()
     results.update(graph=graph.__dict__, rf=rfs, replication=law.to_dict(), papers_rf=papers_rfs,
                    papers_replication=papers_law.to_dict())
     dump()
@@ -511,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibration:
         Path(args.calibration).write_text(json.dumps({
             "graph": graph.__dict__, "costs": costs.to_dict(), "replication": law.to_dict(),
-            "network": net.to_dict(), "papers_replication": papers_law.to_dict(), "validation": validation,
+            "network": net.to_dict(), "papers_replication": papers_law.to_dict(),
+            "papers_replication_extrapolated": extrapolated.to_dict(), "validation": validation,
             "microbench": mb}, indent=1))
 
     # 5. predictions
