@@ -10,6 +10,10 @@ A row exchange sends each peer its rows point to point, in pieces of at most :da
 counted in one MPI datatype per row (``width`` contiguous elements), so every count stays far
 below a C int (Debian's Open MPI 4.1 has no MPI-4 large-count calls) and a wait knows which peers
 it still waits for (:class:`WaitState`, read by the hang watchdog; docs/design.md#progress).
+While an exchange is in flight a thread of the communicator completes its pieces and posts the
+next ones every :data:`PROGRESS_INTERVAL_S`, so a delayed exchange moves while the rank computes
+instead of inside its next MPI call (``DISTGNN_PROGRESS_THREAD=off``: no thread;
+docs/design.md#progress-thread).
 
 ``DISTGNN_CHECK_COLLECTIVES=1`` makes every collective first compare, across ranks, which
 collective each rank is starting (:meth:`Communicator._start`): a mismatch, which would otherwise
@@ -18,8 +22,10 @@ hang the job, becomes one line naming the first collective that differs
 """
 from __future__ import annotations
 
+import atexit
 import os
 import sys
+import threading
 import time
 from collections import defaultdict, deque
 from contextlib import contextmanager
@@ -35,6 +41,10 @@ from distgnn.errors import CollectiveError, DistgnnError
 
 #: the environment variable of the collective-order check (``1`` turns it on)
 CHECK_COLLECTIVES = "DISTGNN_CHECK_COLLECTIVES"
+#: the environment variable that turns the progress thread off (``off``)
+PROGRESS_THREAD = "DISTGNN_PROGRESS_THREAD"
+#: seconds between the progress thread's passes while a row exchange is in flight
+PROGRESS_INTERVAL_S = 0.002
 
 
 class Traffic(StrEnum):
@@ -179,8 +189,9 @@ class PendingExchange:
 
     Its receives are all posted; its sends to each peer are queued and posted
     :data:`SEND_WINDOW` at a time by its communicator's progress engine
-    (:meth:`Communicator._progress`), which runs in every wait and at the start of every MPI call
-    of that communicator, so pieces keep moving while the rank computes between calls."""
+    (:meth:`Communicator._progress`), which runs in every wait, at the start of every MPI call of
+    that communicator and, between calls, on the communicator's progress thread, so pieces keep
+    moving while the rank computes."""
 
     def __init__(self, comm: "Communicator", recvs: list[tuple[int, Any]],
                  sends: dict[int, deque], recv: torch.Tensor, keep_alive: Any, call: str,
@@ -227,7 +238,8 @@ class PendingExchange:
         if not self.done:
             WAITS.enter(self._call, self.outstanding())
             try:
-                self._comm._progress(until=self)
+                with self._comm._lock:
+                    self._comm._progress(until=self)
             finally:
                 WAITS.leave()
         self._keep_alive = None
@@ -260,6 +272,49 @@ class Communicator:
         self._in_flight: list[PendingExchange] = []
         #: under the check: a duplicate on which the ranks compare each collective before it starts
         self._checker = self.comm.Dup() if check_collectives and self.size > 1 else None
+        #: held by whoever runs the progress engine or changes ``_in_flight`` (this process's main
+        #: thread or the progress thread): MPI (at MPI_THREAD_MULTIPLE) allows calls from both
+        #: threads, but never two waits on one request
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def _start_progress_thread(self) -> None:
+        """Start the progress thread, once, where MPI allows calls from several threads."""
+        if (self._thread is not None or self.size == 1
+                or os.environ.get(PROGRESS_THREAD, "on").lower() in ("off", "0", "no")):
+            return
+        MPI = _mpi()
+        if MPI.Query_thread() != MPI.THREAD_MULTIPLE:
+            return
+        self._thread = threading.Thread(target=self._progress_loop, name="distgnn-progress", daemon=True)
+        self._thread.start()
+        atexit.register(self.stop_progress_thread)  # before mpi4py's MPI_Finalize (atexit is LIFO)
+
+    def _progress_loop(self) -> None:
+        """The progress thread: while an exchange is in flight, one pass of the progress engine
+        every :data:`PROGRESS_INTERVAL_S` (skipped while the main thread runs it, in a wait);
+        asleep otherwise."""
+        while not self._stopping:
+            if not self._in_flight:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            time.sleep(PROGRESS_INTERVAL_S)
+            if self._lock.acquire(blocking=False):
+                try:
+                    if not self._stopping:
+                        self._progress()
+                finally:
+                    self._lock.release()
+
+    def stop_progress_thread(self) -> None:
+        """End the progress thread (at exit, before MPI is finalised; idempotent)."""
+        self._stopping = True
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
     def _start(self, op: str, *kind: str) -> None:
         """Count a collective about to start. Under the check, every rank first shows the others
@@ -267,7 +322,8 @@ class Communicator:
         :class:`CollectiveError`, one line naming the collective and which ranks start what."""
         self.started += 1
         if self._in_flight:
-            self._progress()
+            with self._lock:
+                self._progress()
         if self._checker is None:
             return
         call = f"{op}({', '.join(map(str, kind))})" if kind else op
@@ -378,7 +434,10 @@ class Communicator:
             self.bytes_sent[direction.value] += sent
         pending = PendingExchange(self, recvs, sends, recv_rows, send_buf, call, used)
         if not pending.done:
-            self._in_flight.append(pending)
+            with self._lock:
+                self._in_flight.append(pending)
+            self._start_progress_thread()
+            self._wake.set()
         return pending
 
     def allreduce_sum_(self, tensor: torch.Tensor,

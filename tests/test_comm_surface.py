@@ -131,7 +131,9 @@ def fake_mpi(monkeypatch):
     """distgnn.comm with a fake MPI module (and an empty row-type cache)."""
     fake = SimpleNamespace(FLOAT=FakeType("float"), DOUBLE=FakeType("double"),
                            INT16_T=FakeType("int16"), SUM="sum", MAX="max", IN_PLACE=None,
-                           Request=SimpleNamespace(Waitsome=wait_some, Testsome=lambda requests: []))
+                           Request=SimpleNamespace(Waitsome=wait_some, Testsome=lambda requests: []),
+                           # single-threaded, as far as distgnn.comm asks: no progress thread
+                           THREAD_SINGLE=0, THREAD_MULTIPLE=3, Query_thread=lambda: 0)
     monkeypatch.setattr(comm_module, "_mpi", lambda: fake)
     monkeypatch.setattr(comm_module, "_ROW_TYPES", {}, raising=False)
     return fake
@@ -281,6 +283,45 @@ def test_a_rank_that_skips_an_exchange_is_one_line_not_a_hang() -> None:
     assert time.monotonic() - start < 60
     agree = run_bounded(2, [script, "same"], check, timeout=90)
     assert agree.returncode == 0, agree.stderr
+
+
+def test_the_progress_thread_posts_the_window_while_the_rank_computes(fake_mpi, monkeypatch) -> None:
+    """Where MPI allows threads, pieces that leave while this rank makes no MPI call free the next
+    ones at once: the progress thread completes them and posts the rest, so the exchange is done
+    before its wait; with DISTGNN_PROGRESS_THREAD=off the window stays where it was."""
+    monkeypatch.setattr(comm_module, "PIECE_BYTES", 16)  # one row of 4 float32 a piece
+    fake_mpi.Request.Testsome = lambda requests: [i for i, r in enumerate(requests)
+                                                  if not r.done and not setattr(r, "done", True)]
+    rows = torch.arange(6 * 4, dtype=torch.float32).reshape(6, 4)
+    for setting, threads in (("off", 3), ("on", 0), ("on", 3)):  # thread level 3: MULTIPLE
+        monkeypatch.setenv(comm_module.PROGRESS_THREAD, setting)
+        fake_mpi.Query_thread = lambda: threads
+        fake = FakeComm()
+        comm = Communicator(fake)
+        pending = comm.exchange_rows_async(rows, plan([0, 0, 6]), plan([0, 0, 0]), Traffic.FORWARD)
+        deadline = time.monotonic() + (5 if setting == "on" and threads == 3 else 0.2)
+        while not pending.done and time.monotonic() < deadline:
+            time.sleep(0.01)  # computing: no MPI call on this thread
+        comm.stop_progress_thread()
+        if setting == "on" and threads == 3:
+            assert pending.done and len(fake.calls) == 6
+            assert np.array_equal(np.concatenate([r.message[0] for r in fake.calls]), rows.numpy())
+        else:
+            assert not pending.done and len(fake.calls) == comm_module.SEND_WINDOW
+        assert not comm._thread or not comm._thread.is_alive()
+
+
+@pytest.mark.mpi
+def test_a_posted_exchange_completes_while_the_ranks_compute() -> None:
+    """Real MPI, 2 ranks: 8 MiB each way, 8 pieces of which 2 are posted at once, then compute
+    with no MPI call: with the progress thread the exchange completes before its wait; without it
+    (DISTGNN_PROGRESS_THREAD=off) the queued pieces wait for the next MPI call (the rows arrive
+    either way)."""
+    script = str(SCRIPTS / "progress_thread.py")
+    for setting, expected in (("on", "True"), ("off", "False")):
+        proc = run_bounded(2, [script], {comm_module.PROGRESS_THREAD: setting}, timeout=90)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.strip() == f"done before the wait: {expected}", (setting, proc.stdout)
 
 
 def test_sends_to_a_peer_keep_a_window_of_pieces_in_flight(fake_mpi, monkeypatch) -> None:

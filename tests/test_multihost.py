@@ -332,11 +332,15 @@ def test_a_cut_link_ends_the_job_in_bounded_time_and_a_resume_reproduces_the_run
         cluster("link", "mh2", "up")  # waits until Slurm serves mh2 again
     lines = job_lines(logs, err, "no rank has made progress for more than 10 s (--hang-timeout)")
     assert len(set(lines)) == 1, (err[-2000:], lines)  # relayed live and in the log: one line
-    # each rank and its host, grouped by what they wait for (an exchange names its peer; both in
-    # the gradients' all-reduce are one group waiting for every rank)
-    assert re.search(r"rank 0 \(mh1\) waits for rank 1 \(mh2\) in exchange_rows", lines[0]) \
-        or "ranks 0 (mh1), 1 (mh2) wait for every rank in" in lines[0], lines[0]
-    assert "1 (mh2) wait" in lines[0], lines[0]
+    # each rank and its host, grouped by what they wait for: an exchange names its peer; both in
+    # the gradients' all-reduce are one group waiting for every rank; a rank whose part of a
+    # gather left before the cut may already wait in the next epoch's exchange while rank 0
+    # still waits in that gather
+    assert (re.search(r"rank 0 \(mh1\) waits for (rank 1 \(mh2\) in exchange_rows|every rank in)",
+                      lines[0])
+            or "ranks 0 (mh1), 1 (mh2) wait for every rank in" in lines[0]), lines[0]
+    assert re.search(r"rank 1 \(mh2\) waits for (rank 0 \(mh1\)|every rank)", lines[0]) \
+        or "ranks 0 (mh1), 1 (mh2) wait for" in lines[0], lines[0]
     job_id = re.search(r"submitted slurm job (\S+)", err).group(1)
     assert job_state(job_id) == "FAILED restarts=0"  # the watchdog's end is no requeue
     # an explicit relaunch resumes from the newest checkpoint and reproduces the run

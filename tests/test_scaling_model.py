@@ -287,3 +287,44 @@ def test_measured_rf_is_used_where_it_exists_and_survives_the_calibration_file()
     again = ReplicationLaw.from_dict(json.loads(json.dumps(law.to_dict())))
     assert again(128) == 5.97 and again.measured_on == "the twin at scale 1"
     assert "measured RF(16) = 3.530, RF(128) = 5.970 on the twin at scale 1" in again.describe()
+
+
+def test_bytes_per_rank_count_what_the_plans_send() -> None:
+    """Bytes one rank sends per epoch, derived by hand (docs/design.md#scaling-model): N = 100k,
+    P = 4, RF 2 gives L = 25,000 leaves a rank, f_out = 0.8 of them read a broadcast row, f_in =
+    0.5 send a partial; aggregated widths 256 and 40 (layer 0 cached), 4 bytes a value."""
+    law = ReplicationLaw(a=1.0, b=0.0, leaf_in_fraction=0.5, leaf_out_fraction=0.8)
+    assert MODEL.aggregated_widths(GRAPH, "cd-5", 4, True) == [256, 40]
+
+    def sent(algo: str, **kw) -> tuple[float, float]:
+        e = predict_epoch(4, algo, GRAPH, MODEL, _costs(), law, NetworkModel(), rf=2.0, **kw)
+        return e.bytes_forward, e.bytes_backward
+    both = lambda rows_256, rows_40: (rows_256 * 256 + rows_40 * 40) * 4  # noqa: E731
+    # cd-0 at the root: every broadcast row (20,000) and partial (12,500), each way
+    assert sent("cd-0") == (both(32_500, 32_500),) * 2
+    # cd-5 at the root under the first rule: a fifth of them
+    assert sent("cd-5", rule="delayed") == (both(6_500, 6_500),) * 2
+    # the recompute rule: 25,000 leaves (budget 1 x N / P) recompute, so layer 1 sends no copies
+    assert sent("cd-5", rule="recompute") == (both(2_500, 6_500),) * 2
+    assert sent("cd-5", rule="recompute", recompute_budget=0.5) == (both(4_000, 6_500),) * 2
+    # --fresh-copies: cd-0's broadcast and a fifth of the partials
+    assert sent("cd-5", fresh_copies=True) == (both(22_500, 22_500),) * 2
+    # on the replicas every leaf sends its partial and gets the sum back; cd-r a fifth, forward only
+    assert sent("cd-0", apply="replicas") == (both(50_000, 50_000),) * 2
+    assert sent("cd-5", apply="replicas") == (both(10_000, 10_000), 0.0)
+    assert sent("0c") == (0.0, 0.0)
+    one = predict_epoch(1, "cd-0", GRAPH, MODEL, _costs(), law, NetworkModel())
+    assert (one.bytes_forward, one.bytes_backward) == (0.0, 0.0)
+
+
+def test_an_absolute_fit_reads_a_shaped_links_rate_through_its_burst() -> None:
+    """A token bucket passes its burst (256 KB) at line rate (10 GB/s) and meters the rest at
+    50 MB/s: the relative fit, where every size weighs alike, reads the line rate; the absolute
+    fit, where large messages weigh most, reads the metered rate."""
+    sizes = [8 * 4 ** k for k in range(11)]  # 8 B ... 8.4 MB
+    burst, line, rate = 256_000, 10e9, 50e6
+    seconds = [s / line if s <= burst else burst / line + (s - burst) / rate for s in sizes]
+    _, relative = fit_latency_bandwidth(sizes, seconds)
+    _, absolute = fit_latency_bandwidth(sizes, seconds, relative=False)
+    assert relative > 10 * rate
+    assert absolute == pytest.approx(rate, rel=0.05)

@@ -1,7 +1,7 @@
 """MPI microbenchmark (run under ``mpiexec -n 2``): ping-pong, Alltoallv and Allreduce times
 against message size, and the copy cost around an exchange (clone, gather, scatter-add of rows).
 
-    mpiexec -n 2 python -m distgnn.scaling.microbench OUT.json [--repeats 11]
+    mpiexec -n 2 python -m distgnn.scaling.microbench OUT.json [--repeats 11] [--max-bytes B]
 
 Rank 0 writes ``{"pingpong"|"alltoall"|"allreduce": {"bytes": [...], "seconds": [...]},
 "copy_s_per_float": x, "concurrency_agg": s, "concurrency_dense": s, "network": NetworkModel
@@ -33,14 +33,14 @@ def _median_time(fn, repeats: int, comm: Communicator) -> float:
     return float(comm.max(float(np.median(times))))
 
 
-def run(out: Path, repeats: int = 11) -> dict:
+def run(out: Path, repeats: int = 11, max_bytes: int = 8 * 4 ** 11) -> dict:
     from distgnn.scaling.network import fitted_network
 
     comm = Communicator()
     rank, size = comm.rank, comm.size
     if size != 2:
         raise SystemExit("microbench: run under mpiexec -n 2")
-    sizes = [8 * 4 ** i for i in range(12)]  # 8 B ... 33.5 MB
+    sizes = [8 * 4 ** i for i in range(12) if 8 * 4 ** i <= max_bytes]  # 8 B ... 33.5 MB
     result: dict = {"pingpong": {"bytes": [], "seconds": []}, "alltoall": {"bytes": [], "seconds": []},
                     "allreduce": {"bytes": [], "seconds": []}}
     for nbytes in sizes:
@@ -142,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m distgnn.scaling.microbench")
     p.add_argument("out")
     p.add_argument("--repeats", type=int, default=11)
+    p.add_argument("--max-bytes", type=int, default=8 * 4 ** 11,
+                   help="largest message (default 33.5 MB; sizes are 8 B times powers of 4)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
-    run(Path(args.out), args.repeats)
+    run(Path(args.out), args.repeats, args.max_bytes)
     return 0
 
 

@@ -17,7 +17,8 @@ Per rank (the slowest one sets the epoch):
   (a broadcast of the roots' rows and a reduce of the leaves' partials; L is an upper bound, as
   leaves without local in- or out-edges send nothing);
 * cd-r: forward only, 1/r of the rows, posted non-blocking and waited r steps later: counted as
-  latency plus the copies of 1/r of the rows (the transfer itself is taken as hidden behind compute);
+  latency plus the copies of 1/r of the rows (the transfer itself is taken as hidden behind compute,
+  as the progress thread makes it: docs/scale.md#link);
   under ``root`` two messages per layer and the copy of the roots' rows into the source table;
   with ``fresh_copies`` (``distgnn train --fresh-copies``) the broadcast is cd-0's instead (one
   blocking Alltoallv forward, its adjoint backward) and only the reduce moves in bins; ``rule``
@@ -59,6 +60,10 @@ class EpochPrediction:
     fresh_copies: bool = False
     rule: str | None = None               #: cd-r at the root: its --cdr-rule (else None)
     recompute_budget: float | None = None
+    #: training rows one rank sends per epoch, mean rank, bytes (``bytes_forward`` and
+    #: ``bytes_backward`` of metrics.jsonl are these summed over the ranks)
+    bytes_forward: float = 0.0
+    bytes_backward: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -131,9 +136,38 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
             else:
                 exchange += 2 * (parts - 1) * net.latency + costs.copy_s_per_float * 3 * leaves * w / a.delay
     allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)
+    sent = rows_sent(a.delay, apply, fresh_copies, leaves, recomputed * rows, law) if a.exchange and parts > 1 else None
+    forward = sum(sent(i)[0] * w * F32 for i, w in enumerate(widths)) if sent else 0.0
+    backward = sum(sent(i)[1] * w * F32 for i, w in enumerate(widths)) if sent else 0.0
     return EpochPrediction(parts, algo, rf, aggregate, dense, exchange, allreduce, costs.overhead_s,
                            apply, fresh_copies, cdr_rule.name if has_rule else None,
-                           recompute_budget if cdr_rule.recompute and not fresh_copies else None)
+                           recompute_budget if cdr_rule.recompute and not fresh_copies else None,
+                           forward, backward)
+
+
+def rows_sent(delay: int, apply: str, fresh_copies: bool, leaves: float, recomputed: float,
+              law: ReplicationLaw):
+    """Rows one rank sends per epoch in each aggregated layer (mean rank), as the code's plans send
+    them: ``layer index -> (forward rows, backward rows)``. At the root the broadcast reaches only
+    leaves with local out-edges and the reduce leaves only those with local in-edges (the law's
+    fractions; the time terms above keep every leaf, an upper bound); ``recomputed`` leaf rows read
+    no copy at the first aggregated layer; cd-r moves 1/r of its binned rows per epoch."""
+    r = max(delay, 1)
+    if apply != "root":  # partials to the root and sums back; cd-r binned, forward only
+        return lambda i: (2 * leaves, 2 * leaves) if delay == 0 else (2 * leaves / r, 0.0)
+    reduce = leaves * law.leaf_in_fraction
+    broadcast = leaves * law.leaf_out_fraction
+
+    def layer(i: int) -> tuple[float, float]:
+        copies = max(broadcast - (recomputed if i == 0 else 0.0), 0.0)
+        if delay == 0:
+            one = broadcast + reduce
+        elif fresh_copies:
+            one = broadcast + reduce / r
+        else:
+            one = (copies + reduce) / r
+        return one, one  # the backward pass sends each message's adjoint (or its delayed gradient)
+    return layer
 
 
 def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law: ReplicationLaw,

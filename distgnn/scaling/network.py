@@ -47,12 +47,15 @@ class NetworkModel:
         return cls(**d)
 
 
-def fit_latency_bandwidth(nbytes: list[float], seconds: list[float]) -> tuple[float, float]:
+def fit_latency_bandwidth(nbytes: list[float], seconds: list[float],
+                          relative: bool = True) -> tuple[float, float]:
     """(latency s, bandwidth bytes/s) of ``t = latency + bytes / bandwidth``, by least squares
-    weighted to relative error (small and large messages count alike)."""
+    weighted to relative error (small and large messages count alike), or with ``relative=False``
+    to absolute error (the large messages set the bandwidth: over a shaped link, whose token bucket
+    lets a burst through at line rate, small messages would set it far too high)."""
     x = np.asarray(nbytes, dtype=float)
     t = np.asarray(seconds, dtype=float)
-    w = 1.0 / t
+    w = 1.0 / t if relative else np.ones_like(t)
     A = np.stack([np.ones_like(x), x], axis=1) * w[:, None]
     (lat, inv_bw), *_ = np.linalg.lstsq(A, t * w, rcond=None)
     lat = max(float(lat), 0.0)
@@ -60,14 +63,15 @@ def fit_latency_bandwidth(nbytes: list[float], seconds: list[float]) -> tuple[fl
     return lat, 1.0 / inv_bw
 
 
-def fitted_network(pingpong: dict, alltoall: dict, allreduce: dict) -> NetworkModel:
-    """A model from microbenchmark results (each: {"bytes": [...], "seconds": [...]}, 2 ranks).
+def fitted_network(pingpong: dict, alltoall: dict, allreduce: dict, relative: bool = True) -> NetworkModel:
+    """A model from microbenchmark results (each: {"bytes": [...], "seconds": [...]}, 2 ranks);
+    ``relative``: as :func:`fit_latency_bandwidth` (False for a shaped link).
 
     Alltoallv at P = 2 is one exchange of S bytes: latency and bandwidth are fitted on it directly
     (ping-pong is reported alongside). Allreduce at P = 2 costs ``2 lat + G / bw``."""
-    lat, bw = fit_latency_bandwidth(alltoall["bytes"], alltoall["seconds"])
-    ar_lat2, ar_bw = fit_latency_bandwidth(allreduce["bytes"], allreduce["seconds"])
-    pp_lat, pp_bw = fit_latency_bandwidth(pingpong["bytes"], pingpong["seconds"])
+    lat, bw = fit_latency_bandwidth(alltoall["bytes"], alltoall["seconds"], relative)
+    ar_lat2, ar_bw = fit_latency_bandwidth(allreduce["bytes"], allreduce["seconds"], relative)
+    pp_lat, pp_bw = fit_latency_bandwidth(pingpong["bytes"], pingpong["seconds"], relative)
     return NetworkModel(latency=lat, bandwidth=bw, allreduce_latency=ar_lat2 / 2,
                         allreduce_bandwidth=ar_bw,
                         source=f"measured here (ping-pong: {pp_lat * 1e6:.1f} us, {pp_bw / 1e9:.2f} GB/s)")
