@@ -18,7 +18,7 @@ moves rows over TCP on the emulated fabric, whose links ``multihost.sh link HOST
    default apply mode, at P = 2 on two hosts (one core each): steady epoch, exchange wait and bytes
    measured beside the model's prediction under that rate's network and the measured slowdown of
    two ranks sharing the machine. The error must stay within 25%; the share of cd-0's epoch spent
-   waiting on exchanges is printed (the issue asks for a rate where it is 20-50%). For cd-5 the
+   waiting on exchanges is printed (a useful check has a rate where it is 20-50%). For cd-5 the
    wait is compared with the time its bytes take on the link: a wait near that time means its
    transfers do not hide behind compute.
 4. Unless ``--no-four-hosts``: cd-0 and cd-5 at P = 4 on four hosts (which share 2 cores, so only
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -41,8 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import machine_line, run_logged, work_folder
-from bench.scaling import (HIDDEN, LAYERS, TOLERANCE, Variant, read_metrics, replication_law,
-                           steady_records, train)
+from bench.scaling import LAYERS, HIDDEN, TOLERANCE, Variant, read_metrics, replication_law, train
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "cluster" / "multihost.sh"
@@ -50,7 +48,7 @@ CONTENDERS = (Variant("cd-0"), Variant("cd-5"), Variant("cd-5", fresh_copies=Tru
 #: cd-5 once more with its exchanges moved only inside MPI calls (no progress thread: the code
 #: before docs/design.md#progress-thread), to show what the thread changes
 WITHOUT_THREAD = {"DISTGNN_PROGRESS_THREAD": "off"}
-FOUR_HOSTS = (Variant("cd-0"), Variant("cd-5"))
+CD0_AND_CD5 = (Variant("cd-0"), Variant("cd-5"))
 
 
 def cluster(*args: str, log: Path | None = None, timeout: float = 600) -> str:
@@ -70,24 +68,10 @@ def set_rate(hosts: int, rate: str | None, log: Path) -> None:
         cluster("link", f"mh{i}", "rate", rate or "off", log=log)
 
 
-def on_hosts(parts: int, *command, log: Path, timeout: float = 1800, env: dict | None = None) -> None:
-    """``srun -N P -n P COMMAND`` from the controller: one rank on each of mh1..mhP (``env``
-    added to the ranks' environment)."""
+def on_hosts(parts: int) -> tuple:
+    """The command that starts P ranks from the controller, one on each of mh1..mhP."""
     hosts = ",".join(f"mh{i}" for i in range(1, parts + 1))
-    run_logged("bash", SCRIPT, "exec", "mhctl", "srun", "-N", parts, "-n", parts, "-w", hosts,
-               "--mpi=pmix", *command, log=log, timeout=timeout, env=env)
-
-
-def train_on_hosts(python: str, partdir: Path, variant: Variant, parts: int, epochs: int, run: Path,
-                   log: Path, env: dict | None = None) -> list[dict]:
-    """Steady records of ``variant`` at ``parts`` ranks on as many hosts (as bench.scaling trains)."""
-    from distgnn.vocabulary import parse_algorithm
-
-    total = epochs + 2 * parse_algorithm(variant.algo).delay
-    on_hosts(parts, python, "-m", "distgnn", "train", partdir, "--algo", variant.algo, "--epochs", total,
-             "--layers", LAYERS, "--hidden", HIDDEN, "--threads", 1, "--eval-every", 0, "--out", run,
-             "--quiet", *variant.options(), log=log, env=env)
-    return steady_records(read_metrics(run), variant.algo)
+    return ("bash", SCRIPT, "exec", "mhctl", "srun", "-N", parts, "-n", parts, "-w", hosts, "--mpi=pmix")
 
 
 def median(records: list[dict], key: str) -> float:
@@ -154,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         for rate in rates:
             set_rate(hosts, rate, clog)
             mb_path = work / f"microbench-{rate}.json"
-            on_hosts(2, python, "-m", "distgnn.scaling.microbench", mb_path, "--repeats", args.repeats,
-                     "--max-bytes", args.max_bytes, log=work / f"microbench-{rate}.log")
+            run_logged(*on_hosts(2), python, "-m", "distgnn.scaling.microbench", mb_path, "--repeats",
+                       args.repeats, "--max-bytes", args.max_bytes, log=work / f"microbench-{rate}.log")
             mb = json.loads(mb_path.read_text())
             # the token bucket passes its burst at line rate: let the large messages set the slope
             net = fitted_network(mb["pingpong"], mb["alltoall"], mb["allreduce"], relative=False)
@@ -195,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             for v, env in [(c, None) for c in CONTENDERS] + [(Variant("cd-5"), WITHOUT_THREAD)]:
                 name = v.name + ("-no-progress-thread" if env else "")
                 run = work / "runs" / f"{name}-P2-{rate}"
-                recs = train_on_hosts(python, dirs[2], v, 2, args.epochs, run,
-                                      work / f"train-{name}-P2-{rate}.log", env)
+                recs = train(python, dirs[2], v.algo, 2, args.epochs, run, work / f"train-{name}-P2-{rate}.log",
+                             *v.options(), env=env, launcher=on_hosts(2))
                 pred = predict_epoch(2, v.algo, graph, model, rate_costs, law, net, rf=rfs[2],
                                      ranks_per_node=2, **v.model_options())
                 meas, wait = median(recs, "epoch_time_s"), median(recs, "time_exchange_wait_s")
@@ -226,9 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         if hosts >= 4:
             say("| P = 4, four hosts | bytes forward / rank MB meas / pred | backward meas / pred |")
             say("|---|---|---|")
-            for v in FOUR_HOSTS:
+            for v in CD0_AND_CD5:
                 run = work / "runs" / f"{v.name}-P4"
-                recs = train_on_hosts(python, dirs[4], v, 4, args.epochs, run, work / f"train-{v.name}-P4.log")
+                recs = train(python, dirs[4], v.algo, 4, args.epochs, run, work / f"train-{v.name}-P4.log",
+                             *v.options(), launcher=on_hosts(4))
                 pred = predict_epoch(4, v.algo, graph, model, costs, law, nets[rates[0]][0], rf=rfs[4],
                                      ranks_per_node=4, **v.model_options())
                 fwd, bwd = median(recs, "bytes_forward") / 4, median(recs, "bytes_backward") / 4
@@ -244,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             say("| one host, P = 2 | round | epoch s with the progress thread | without |")
             say("|---|---|---|---|")
         for round_ in range(args.rounds):
-            for v in FOUR_HOSTS:
+            for v in CD0_AND_CD5:
                 times = {}
                 for thread in ((True, False) if round_ % 2 == 0 else (False, True)):
                     name = f"{v.name}-P2-local-{'thread' if thread else 'no-thread'}-{round_}"

@@ -191,17 +191,18 @@ def read_metrics(run: Path) -> list[dict]:
 def train(python: str, partdir: Path, algo: str, parts: int, epochs: int, run: Path, log: Path,
           *extra: str, mpiexec: tuple[str, ...] = ("--oversubscribe",), threads: int = 1,
           final_eval: bool = False, timeout: float | None = None,
-          env: dict | None = None) -> list[dict]:
+          env: dict | None = None, launcher: tuple | None = None) -> list[dict]:
     """Steady-state records of a run: past epoch 1 (it builds caches), and for cd-r past 2r more
     epochs (run on top of ``epochs``); ``extra``: more ``distgnn train`` options; ``mpiexec``:
     mpiexec's options; ``threads`` per rank; ``final_eval``: evaluate at the last epoch;
     ``timeout``: see :func:`bench.common.run_logged` (a stopped run's records stay in its
-    metrics.jsonl)."""
+    metrics.jsonl); ``launcher``: the command that starts the ranks, instead of mpiexec's."""
     from distgnn.vocabulary import parse_algorithm
 
     delay = parse_algorithm(algo).delay
     total = epochs + 2 * delay
-    run_logged("mpiexec", *mpiexec, "-n", parts, python, "-m", "distgnn", "train", partdir, "--algo", algo,
+    launcher = launcher or ("mpiexec", *mpiexec, "-n", parts)
+    run_logged(*launcher, python, "-m", "distgnn", "train", partdir, "--algo", algo,
        "--epochs", total, "--layers", LAYERS, "--hidden", HIDDEN, "--threads", threads,
        "--eval-every", total if final_eval else 0, "--out", run, "--quiet", *extra, log=log,
        timeout=timeout, env=env)

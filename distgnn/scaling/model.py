@@ -136,9 +136,10 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
             else:
                 exchange += 2 * (parts - 1) * net.latency + costs.copy_s_per_float * 3 * leaves * w / a.delay
     allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)
-    sent = rows_sent(a.delay, apply, fresh_copies, leaves, recomputed * rows, law) if a.exchange and parts > 1 else None
-    forward = sum(sent(i)[0] * w * F32 for i, w in enumerate(widths)) if sent else 0.0
-    backward = sum(sent(i)[1] * w * F32 for i, w in enumerate(widths)) if sent else 0.0
+    sent = (rows_sent(a.delay, apply, fresh_copies, leaves, recomputed * rows, law, len(widths))
+            if a.exchange and parts > 1 else [(0.0, 0.0)] * len(widths))
+    forward = sum(f * w * F32 for (f, _), w in zip(sent, widths))
+    backward = sum(b * w * F32 for (_, b), w in zip(sent, widths))
     return EpochPrediction(parts, algo, rf, aggregate, dense, exchange, allreduce, costs.overhead_s,
                            apply, fresh_copies, cdr_rule.name if has_rule else None,
                            recompute_budget if cdr_rule.recompute and not fresh_copies else None,
@@ -146,19 +147,20 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
 
 
 def rows_sent(delay: int, apply: str, fresh_copies: bool, leaves: float, recomputed: float,
-              law: ReplicationLaw):
-    """Rows one rank sends per epoch in each aggregated layer (mean rank), as the code's plans send
-    them: ``layer index -> (forward rows, backward rows)``. At the root the broadcast reaches only
-    leaves with local out-edges and the reduce leaves only those with local in-edges (the law's
-    fractions; the time terms above keep every leaf, an upper bound); ``recomputed`` leaf rows read
-    no copy at the first aggregated layer; cd-r moves 1/r of its binned rows per epoch."""
+              law: ReplicationLaw, layers: int) -> list[tuple[float, float]]:
+    """Rows one rank sends per epoch in each of its ``layers`` aggregated layers (mean rank), as
+    the code's plans send them: ``(forward rows, backward rows)`` per layer. At the root the
+    broadcast reaches only leaves with local out-edges and the reduce leaves only those with local
+    in-edges (the law's fractions; the time terms above keep every leaf, an upper bound);
+    ``recomputed`` leaf rows read no copy at the first aggregated layer; cd-r moves 1/r of its
+    binned rows per epoch."""
     r = max(delay, 1)
     if apply != "root":  # partials to the root and sums back; cd-r binned, forward only
-        return lambda i: (2 * leaves, 2 * leaves) if delay == 0 else (2 * leaves / r, 0.0)
+        return [(2 * leaves, 2 * leaves) if delay == 0 else (2 * leaves / r, 0.0)] * layers
     reduce = leaves * law.leaf_in_fraction
     broadcast = leaves * law.leaf_out_fraction
-
-    def layer(i: int) -> tuple[float, float]:
+    out = []
+    for i in range(layers):
         copies = max(broadcast - (recomputed if i == 0 else 0.0), 0.0)
         if delay == 0:
             one = broadcast + reduce
@@ -166,8 +168,8 @@ def rows_sent(delay: int, apply: str, fresh_copies: bool, leaves: float, recompu
             one = broadcast + reduce / r
         else:
             one = (copies + reduce) / r
-        return one, one  # the backward pass sends each message's adjoint (or its delayed gradient)
-    return layer
+        out.append((one, one))  # the backward pass sends each message's adjoint (or delayed gradient)
+    return out
 
 
 def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law: ReplicationLaw,
