@@ -9,7 +9,7 @@ own code, into a folder of its own (the store format may differ between them). T
 round): the wall time of the whole command (start-up included, as a test sees it) and the median
 epoch of its ``metrics.jsonl``. The minimum over rounds is printed, with the ratio of the second
 checkout to the first. ``DISTGNN_TILES=off``, one thread per rank, 5 epochs: the fixed runs of
-the structure issue (cd-0, cd-5, 0c, GAT cd-5 at P = 2) and cd-0 in one process.
+bench.fixed_losses (cd-0, cd-5, 0c, GAT cd-5 at P = 2) and cd-0 in one process.
 """
 from __future__ import annotations
 
