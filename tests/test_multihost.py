@@ -9,11 +9,12 @@ import subprocess
 import sys
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, mpiexec, partitioned_twin, run_cli
+from conftest import REPO, mpiexec, mpiexec_started, partitioned_twin, run_cli
 
 pytestmark = pytest.mark.multihost
 SCRIPT = REPO / "cluster" / "multihost.sh"
@@ -164,32 +165,39 @@ def losses(run: Path) -> list[float]:
 def test_launch_puts_one_rank_on_each_host_stages_its_part_and_equals_one_process(
         multihost, tmp_path) -> None:
     graph, partdir = partitioned_twin(tmp_path, 2)
+    _, four = partitioned_twin(tmp_path / "p4", 4)
     common = ["--algo", "cd-0", "--epochs", "3", "--layers", "2", "--hidden", "16", "--quiet"]
-    cluster("exec", "mhctl", sys.executable, "-m", "distgnn", "launch", str(partdir),
-            "--executor", "slurm", "--preset", "multihost", "--log-dir", str(tmp_path / "logs"),
-            "--out", str(tmp_path / "hosts"), *common, timeout=600)
+    one = tmp_path / "one"
+
+    def one_process() -> subprocess.CompletedProcess:
+        built = run_cli("partition", graph, "--parts", "1", "--method", "libra", "--out",
+                        tmp_path / "libra-1", "--threads", "1", "--quiet")
+        assert built.returncode == 0, built.stderr
+        return run_cli("train", tmp_path / "libra-1", "--out", one, "--threads", "1", *common)
+
+    with ThreadPoolExecutor(2) as pool:  # the runs on this host go on while the hosts' wait
+        # the same run with both ranks on this host (shared memory), and one process (P = 1)
+        local = pool.submit(mpiexec, 2, "train", partdir, "--out", tmp_path / "local",
+                            "--threads", "1", *common)
+        single = pool.submit(one_process)
+        for parts, out in ((partdir, "hosts"), (four, "hosts4")):
+            cluster("exec", "mhctl", sys.executable, "-m", "distgnn", "launch", str(parts),
+                    "--executor", "slurm", "--preset", "multihost", "--log-dir",
+                    str(tmp_path / f"logs-{out}"), "--out", str(tmp_path / out), *common,
+                    timeout=600)
+        local, single = local.result(), single.result()
     summary = json.loads((tmp_path / "hosts" / "summary.json").read_text())
     assert summary["hosts_by_rank"] == ["mh1", "mh2"]
     # the preset staged each part on its host's /scratch (stage_dir) and removed it after loading
     assert summary["partition_dir"] == str(partdir.resolve())
     assert srun("sh", "-c", "ls /scratch | grep -c ^distgnn- || true") == ["0", "0"]
-    # the same run with both ranks on this host (shared memory): the same losses, bit for bit
-    local = mpiexec(2, "train", partdir, "--out", tmp_path / "local", "--threads", "1", *common)
+    summary = json.loads((tmp_path / "hosts4" / "summary.json").read_text())
+    assert summary["hosts_by_rank"] == ["mh1", "mh2", "mh3", "mh4"]
+    # over TCP between hosts and through shared memory on one: the same losses, bit for bit
     assert local.returncode == 0, local.stderr[-2000:]
     assert losses(tmp_path / "hosts") == losses(tmp_path / "local")
     # cd-0 on 2 and on 4 hosts reproduces one process (P = 1) of the same graph
-    one = tmp_path / "one"
-    built = run_cli("partition", graph, "--parts", "1", "--method", "libra", "--out",
-                    tmp_path / "libra-1", "--threads", "1", "--quiet")
-    assert built.returncode == 0, built.stderr
-    single = run_cli("train", tmp_path / "libra-1", "--out", one, "--threads", "1", *common)
     assert single.returncode == 0, single.stderr[-2000:]
-    _, four = partitioned_twin(tmp_path / "p4", 4)
-    cluster("exec", "mhctl", sys.executable, "-m", "distgnn", "launch", str(four),
-            "--executor", "slurm", "--preset", "multihost", "--log-dir", str(tmp_path / "logs4"),
-            "--out", str(tmp_path / "hosts4"), *common, timeout=600)
-    summary = json.loads((tmp_path / "hosts4" / "summary.json").read_text())
-    assert summary["hosts_by_rank"] == ["mh1", "mh2", "mh3", "mh4"]
     assert losses(tmp_path / "hosts") == pytest.approx(losses(one), rel=1e-5)
     assert losses(tmp_path / "hosts4") == pytest.approx(losses(one), rel=1e-5)
 
@@ -198,25 +206,32 @@ def test_launch_puts_one_rank_on_each_host_stages_its_part_and_equals_one_proces
 def test_snakemake_profile_trains_and_predicts_on_the_hosts(multihost, tmp_path) -> None:
     import numpy as np
     import zarr
-    from test_workflow import SLURM_TEST_OPTIONS, tiny, workdir
+    from test_workflow import SLURM_TEST_OPTIONS, snakemake, tiny, workdir
 
     config = tiny(partition={"parts": [2]}, train={"algos": ["cd-0"], "epochs": 2})
     config["predict"] = {"enabled": True}
     wd = workdir(tmp_path, config)
+    # the stages before training run here, as a user reruns single stages: every Slurm job the
+    # executor plugin waits for costs 11 s or more of its status polling, whatever the job's length
+    local = snakemake("--cores", "2", "--until", "build", cwd=wd)
+    assert local.returncode == 0, (local.stdout + local.stderr)[-3000:]
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
-    proc = cluster("exec", "mhctl", sys.executable, "-m", "snakemake", "--profile",
-                   "cluster/multihost", *SLURM_TEST_OPTIONS, cwd=wd, env={"PATH": path},
-                   timeout=900)
+    graph = wd / "data/synth-reddit-x0.01/graph.zarr"
+    with ThreadPoolExecutor(1) as pool:  # a one-part partition for the comparison, meanwhile
+        one_part = pool.submit(run_cli, "partition", graph, "--parts", "1", "--out",
+                               tmp_path / "one", "--threads", "1", "--quiet")
+        proc = cluster("exec", "mhctl", sys.executable, "-m", "snakemake", "--profile",
+                       "cluster/multihost", *SLURM_TEST_OPTIONS, cwd=wd, env={"PATH": path},
+                       timeout=900)
+        assert one_part.result().returncode == 0, one_part.result().stderr
     out = proc.stdout + proc.stderr
-    # fetch, assign, two builds, predict and the report were Slurm jobs on the hosts
-    assert out.count("has been submitted with SLURM jobid") == 6, out[-3000:]
+    # train was one job of a rank per host (submitit); predict and the report were Slurm jobs
+    assert "rule fetch" not in out and "rule build" not in out, out[-3000:]
+    assert out.count("has been submitted with SLURM jobid") == 2, out[-3000:]
     run = wd / "runs/synth-reddit-x0.01/libra-2/cd-0"
     assert json.loads((run / "summary.json").read_text())["hosts_by_rank"] == ["mh1", "mh2"]
     assert (wd / "reports/synth-reddit-x0.01/summary.csv").exists()
     # the hosts' predictions equal one process's of the same model on a one-part partition
-    graph = wd / "data/synth-reddit-x0.01/graph.zarr"
-    assert run_cli("partition", graph, "--parts", "1", "--out", tmp_path / "one", "--threads", "1",
-                   "--quiet").returncode == 0
     single = run_cli("predict", run, "--partdir", tmp_path / "one", "--out", tmp_path / "p1.zarr",
                      "--threads", "1", "--quiet")
     assert single.returncode == 0, single.stderr[-2000:]
@@ -232,7 +247,7 @@ def test_a_node_local_run_folder_is_refused_naming_the_hosts(multihost, tmp_path
     proc = cluster("exec", "mhctl", sys.executable, "-m", "distgnn", "launch", str(partdir),
                    "--executor", "slurm", "--preset", "multihost", "--log-dir",
                    str(tmp_path / "logs"), "--out", run, "--epochs", "2", "--quiet",
-                   timeout=300, check=False)
+                   timeout=300, check=False, env={"DISTGNN_SHARED_PROBE_S": "2"})
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert (f"--out {run}: not one folder for every rank: rank 1 (mh2) cannot see what rank 0 "
@@ -312,51 +327,7 @@ def job_state(job_id: str) -> str:
     return f"{state.group(1) if state else '?'} restarts={restarts.group(1) if restarts else '?'}"
 
 
-@pytest.mark.slow
-def test_a_cut_link_ends_the_job_in_bounded_time_and_a_resume_reproduces_the_run(
-        multihost, tmp_path) -> None:
-    _, partdir = partitioned_twin(tmp_path, 2, scale=0.01)
-    run, logs = tmp_path / "run", tmp_path / "logs"
-    proc = launch_on_hosts(partdir, run, logs, "--epochs", "100000", "--checkpoint-every", "4",
-                           "--hang-timeout", "10")
-    try:
-        wait_until(lambda: len(checkpoints(run)) >= 2, proc, 240, "second checkpoint")
-        cluster("link", "mh2", "down")
-        cut = time.monotonic()
-        err = ended_within(proc, cut, 40)
-        # no rank is left on the cut-off host (a rank is a submitit task)
-        assert processes_on("mh2", "submitit") == []
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        cluster("link", "mh2", "up")  # waits until Slurm serves mh2 again
-    lines = job_lines(logs, err, "no rank has made progress for more than 10 s (--hang-timeout)")
-    assert len(set(lines)) == 1, (err[-2000:], lines)  # relayed live and in the log: one line
-    # each rank and its host, grouped by what they wait for: an exchange names its peer; both in
-    # the gradients' all-reduce are one group waiting for every rank; a rank whose part of a
-    # gather left before the cut may already wait in the next epoch's exchange while rank 0
-    # still waits in that gather
-    assert (re.search(r"rank 0 \(mh1\) waits for (rank 1 \(mh2\) in exchange_rows|every rank in)",
-                      lines[0])
-            or "ranks 0 (mh1), 1 (mh2) wait for every rank in" in lines[0]), lines[0]
-    assert re.search(r"rank 1 \(mh2\) waits for (rank 0 \(mh1\)|every rank)", lines[0]) \
-        or "ranks 0 (mh1), 1 (mh2) wait for" in lines[0], lines[0]
-    job_id = re.search(r"submitted slurm job (\S+)", err).group(1)
-    assert job_state(job_id) == "FAILED restarts=0"  # the watchdog's end is no requeue
-    # an explicit relaunch resumes from the newest checkpoint and reproduces the run
-    resume_at = checkpoints(run)[-1]
-    epochs = ["--epochs", str(resume_at + 2), "--checkpoint-every", "4"]
-    again = launch_on_hosts(partdir, run, logs, *epochs, "--resume")
-    _, err = again.communicate(timeout=300)
-    assert again.returncode == 0, err[-3000:]
-    local = mpiexec(2, "train", partdir, "--out", tmp_path / "local", "--threads", "1",
-                    *FAULT_RUN, *epochs, env={"DISTGNN_TILES": "off"})
-    assert local.returncode == 0, local.stderr[-2000:]
-    assert losses(run) == pytest.approx(losses(tmp_path / "local"), rel=1e-6)
-    assert len(losses(run)) == resume_at + 2
-
-
-def settle(hosts: tuple[str, ...], quiet_s: float = 5.0, seconds: float = 60.0) -> None:
+def settle(hosts: tuple[str, ...], quiet_s: float = 3.0, seconds: float = 60.0) -> None:
     """Wait until Slurm has shown ``hosts`` idle for ``quiet_s`` seconds on end. A host back in
     service may still be ending the requeued job's first run (slurmctld tells it to once it
     registers); the same job sent there before that is refused its step ("Requested nodes are
@@ -382,67 +353,144 @@ def wait_for_state(job_id: str, wanted: tuple[str, ...], seconds: float) -> str:
     return state
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("fault, heal, line", [
+
+
+def newest_job(logs: Path) -> str:
+    """The id of the newest Slurm job that logged into ``logs`` (submitit: one folder per job)."""
+    return str(max(int(p.name) for p in logs.iterdir() if p.name.isdigit()))
+
+
+def wait_for_checkpoint(run: Path, epoch: int, proc: subprocess.Popen) -> None:
+    wait_until(lambda: (checkpoints(run) or [0])[-1] >= epoch, proc, 240, f"checkpoint {epoch}")
+
+
+def end_by_a_cut_link(proc: subprocess.Popen, logs: Path) -> None:
+    """mh2's fabric down, Slurm still reaching mh2: the watchdog ends the job within 40 s with one
+    line naming each rank, its host and what it waits for; FAILED, not requeued."""
+    job_id = newest_job(logs)
+    restarts = job_state(job_id).split()[1]
+    seen = set(job_lines(logs, "", "no rank has made progress"))
+    try:
+        cluster("link", "mh2", "down")
+        cut = time.monotonic()
+        err = ended_within(proc, cut, 40)
+        # no rank is left on the cut-off host (a rank is a submitit task)
+        assert processes_on("mh2", "submitit") == []
+    finally:
+        cluster("link", "mh2", "up")  # waits until Slurm serves mh2 again
+    lines = sorted(set(job_lines(logs, err, "no rank has made progress for more than 10 s "
+                                            "(--hang-timeout)")) - seen)
+    assert len(lines) == 1, (err[-2000:], lines)  # relayed live and in the log: one line
+    # each rank and its host, grouped by what they wait for: an exchange names its peer; both in
+    # the gradients' all-reduce are one group waiting for every rank; a rank whose part of a
+    # gather left before the cut may already wait in the next epoch's exchange while rank 0
+    # still waits in that gather
+    assert (re.search(r"rank 0 \(mh1\) waits for (rank 1 \(mh2\) in exchange_rows|every rank in)",
+                      lines[0])
+            or "ranks 0 (mh1), 1 (mh2) wait for every rank in" in lines[0]), lines[0]
+    assert re.search(r"rank 1 \(mh2\) waits for (rank 0 \(mh1\)|every rank)", lines[0]) \
+        or "ranks 0 (mh1), 1 (mh2) wait for" in lines[0], lines[0]
+    assert job_state(job_id) == f"FAILED {restarts}"  # the watchdog's end is no requeue
+
+
+HOST_FAULTS = [  # (fault, heal, the watchdog's line)
     (("link", "mh2", "down", "--all"), ("link", "mh2", "up"),
      r"no rank has made progress for more than 10 s \(--hang-timeout\).*1 \(mh2\) waits? for"),
     (("lose", "mh2"), ("revive", "mh2"),
      r"silent for more than 10 s \(--hang-timeout\): rank 1 on mh2 \(epoch"),
-], ids=["cut-off", "lost"])
-def test_a_host_cut_off_or_lost_ends_its_ranks_and_the_requeued_job_resumes(
-        multihost, tmp_path, fault, heal, line) -> None:
+]
+
+
+def end_by_a_host_fault(proc: subprocess.Popen, partdir: Path, run: Path, logs: Path,
+                        fault: tuple, heal: tuple, line: str, args: list[str]) -> subprocess.Popen:
     """Slurm loses the host too: the watchdog ends the ranks (those on a cut-off host end
     themselves, no srun can reach them) with one line naming the node. Whoever is first decides
     the job's fate: Slurm, seeing the node fail, requeues the job, which resumes from the newest
     checkpoint once the host is back; the watchdog, ending the step first, leaves it FAILED, and
-    an explicit relaunch with --resume continues. Either way every epoch is trained once."""
-    _, partdir = partitioned_twin(tmp_path, 2, scale=0.01)
-    run, logs = tmp_path / "run", tmp_path / "logs"
-    common = ["--epochs", "120", "--checkpoint-every", "4", "--hang-timeout", "10"]
-    proc = launch_on_hosts(partdir, run, logs, *common)
+    an explicit relaunch with --resume continues. The launch that goes on."""
+    job_id = newest_job(logs)
+    restarts = int(job_state(job_id).split("restarts=")[1])  # a requeued job keeps its id
+    ends = (f"PENDING restarts={restarts + 1}", f"FAILED restarts={restarts}")
+    seen = set(job_lines(logs, "", "--hang-timeout"))
     try:
-        wait_until(lambda: len(checkpoints(run)) >= 2, proc, 240, "second checkpoint")
-        job_id = next(p.name for p in logs.iterdir() if p.name.isdigit())
         cluster(*fault)
         hit = time.monotonic()
-        state = wait_for_state(job_id, ("PENDING restarts=1", "FAILED restarts=0"), 60)
-        print(f"{state} {time.monotonic() - hit:.1f} s after the fault")
-        assert state in ("PENDING restarts=1", "FAILED restarts=0")
+        state = wait_for_state(job_id, ends, 60)
+        print(f"{' '.join(fault)}: {state} {time.monotonic() - hit:.1f} s after the fault")
+        assert state in ends
         assert processes_on("mh2", "submitit") == []  # no rank left on the host
         assert time.monotonic() - hit < 60
-        found = job_lines(logs, "", "--hang-timeout")
+        found = set(job_lines(logs, "", "--hang-timeout")) - seen
         assert any(re.search(line, l) for l in found), found
-        kept = checkpoints(run)[-1]
-        cluster(*heal)
-        # the host's step of the job's first run ends once Slurm, reached again, tells it to: the
-        # requeued job keeps its id, and a new step beside a stale one of the same id cannot
-        # start (PMIx's socket is taken)
-        deadline = time.monotonic() + 60
-        while processes_on("mh2", "slurmstepd") and time.monotonic() < deadline:
-            time.sleep(0.5)
-        if state.startswith("PENDING"):
-            settle(("mh1", "mh2"))
-            cluster("exec", "mhctl", "scontrol", "update", f"JobId={job_id}", "StartTime=now")
-        else:
-            assert proc.wait(timeout=120) != 0
-            proc = launch_on_hosts(partdir, run, logs, *common, "--resume")
-        _, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
         cluster(*heal)
+    # the host's step of the job's first run ends once Slurm, reached again, tells it to: the
+    # requeued job keeps its id, and a new step beside a stale one of the same id cannot
+    # start (PMIx's socket is taken)
+    deadline = time.monotonic() + 60
+    while processes_on("mh2", "slurmstepd") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if state.startswith("PENDING"):
+        settle(("mh1", "mh2"))
+        cluster("exec", "mhctl", "scontrol", "update", f"JobId={job_id}", "StartTime=now")
+        return proc
+    assert proc.wait(timeout=120) != 0
+    return launch_on_hosts(partdir, run, logs, *args, "--resume")
+
+
+@pytest.mark.slow
+def test_a_run_outlives_a_cut_link_a_cut_off_host_and_a_lost_host_and_equals_the_unbroken_run(
+        multihost, tmp_path) -> None:
+    """One run of two ranks on mh1 and mh2 (a checkpoint every 4 epochs, --hang-timeout 10, tiling
+    off) meets three faults, each two checkpoints after it last (re)started: mh2 cut off whole,
+    then mh2 lost whole (Slurm requeues the job, which adds --resume itself), then mh2's fabric
+    link down (FAILED: relaunched with --resume). Each ends the job in bounded time and the run
+    resumes from its newest checkpoint: in the end every epoch was trained once and the losses
+    equal an uninterrupted run's to 1e-6."""
+    _, partdir = partitioned_twin(tmp_path, 2, scale=0.01)
+    run, logs = tmp_path / "run", tmp_path / "logs"
+    # enough epochs that the last fault, sent at epoch 24 or so, lands before the run's end
+    args = ["--epochs", "52", "--checkpoint-every", "4", "--hang-timeout", "10"]
+    proc = launch_on_hosts(partdir, run, logs, *args)
+    resumed_after = [0]
+    reference = None
+    try:
+        for fault, heal, line in HOST_FAULTS:
+            wait_for_checkpoint(run, resumed_after[-1] + 8, proc)
+            # the uninterrupted run, on this host while the faults keep the hosts waiting
+            reference = reference or mpiexec_started(
+                2, "train", partdir, "--out", tmp_path / "local", "--threads", "1", *FAULT_RUN,
+                *args, env={"DISTGNN_TILES": "off"})
+            proc = end_by_a_host_fault(proc, partdir, run, logs, fault, heal, line, args)
+            resumed_after.append(checkpoints(run)[-1])
+        wait_for_checkpoint(run, resumed_after[-1] + 8, proc)
+        end_by_a_cut_link(proc, logs)
+        resumed_after.append(checkpoints(run)[-1])
+        proc = launch_on_hosts(partdir, run, logs, *args, "--resume")  # an explicit relaunch
+        _, err = proc.communicate(timeout=300)
+        _, reference_err = reference.communicate(timeout=300)
+    finally:
+        for started in (proc, reference):
+            if started is not None and started.poll() is None:
+                started.kill()
+        cluster("link", "mh2", "up")
+        cluster("revive", "mh2")
     assert proc.returncode == 0, err[-3000:]
     epochs = [json.loads(l)["epoch"] for l in (run / "metrics.jsonl").read_text().splitlines()]
-    assert epochs == list(range(1, 121))  # resumed after epoch `kept`: every epoch once
-    assert f"continuing after epoch {kept}" in "".join(
-        p.read_text(errors="replace") for p in logs.rglob("*.err"))
+    assert epochs == list(range(1, 53))  # resumed after each fault: every epoch once
+    logged = "".join(p.read_text(errors="replace") for p in logs.rglob("*.err"))
+    for kept in resumed_after[1:]:
+        assert f"continuing after epoch {kept}" in logged
+    assert reference.returncode == 0, reference_err[-2000:]
+    assert losses(run) == pytest.approx(losses(tmp_path / "local"), rel=1e-6)
 
 
 @pytest.mark.slow
 def test_a_straggling_link_slows_an_epoch_but_ends_nothing(multihost, tmp_path) -> None:
-    """mh2's fabric slowed to 2.5 Mbit/s for 20 s mid-run (--hang-timeout 10): an exchange of about
-    3 MiB a rank then takes over 10 s, but its 1 MiB pieces keep arriving, so the watchdog ends
-    nothing; the job finishes and the slow epoch shows in metrics.jsonl."""
+    """mh2's fabric slowed to 2 Mbit/s for 13 s mid-run (--hang-timeout 10): the first exchange of
+    about 3 MiB a rank in that window takes over 10 s, but its 1 MiB pieces keep arriving (one per
+    4 s), so the watchdog ends nothing; the job finishes and the slow epoch shows in
+    metrics.jsonl."""
     from distgnn.data.fetch import fetch
 
     # the papers twin split at random: every rank exchanges ~3.2 MB per exchange at hidden 16,
@@ -453,12 +501,12 @@ def test_a_straggling_link_slows_an_epoch_but_ends_nothing(multihost, tmp_path) 
                     "--threads", "1", "--quiet")
     assert built.returncode == 0, built.stderr
     run, logs = tmp_path / "run", tmp_path / "logs"
-    proc = launch_on_hosts(partdir, run, logs, "--epochs", "40", "--checkpoint-every", "0",
+    proc = launch_on_hosts(partdir, run, logs, "--epochs", "16", "--checkpoint-every", "0",
                            "--hang-timeout", "10")
     try:
         wait_until(lambda: epochs_of(run) >= 3, proc, 240, "third epoch")
-        cluster("link", "mh2", "rate", "2500kbit")
-        time.sleep(20)
+        cluster("link", "mh2", "rate", "2mbit")
+        time.sleep(13)
         cluster("link", "mh2", "rate", "off")
         _, err = proc.communicate(timeout=300)
     finally:
@@ -468,12 +516,12 @@ def test_a_straggling_link_slows_an_epoch_but_ends_nothing(multihost, tmp_path) 
     assert proc.returncode == 0, err[-3000:]
     assert job_lines(logs, err, "--hang-timeout") == []
     records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in records] == list(range(1, 41))
+    assert [r["epoch"] for r in records] == list(range(1, 17))
     slowest = max(records, key=lambda r: r["time_exchange_wait_s"])
     print(f"slowest epoch {slowest['epoch']}: {slowest['epoch_time_s']:.1f} s, "
           f"{slowest['time_exchange_wait_s']:.1f} s waiting on exchanges")
     assert slowest["time_exchange_wait_s"] > 10  # the straggling link is visible ...
-    assert sorted(r["epoch_time_s"] for r in records)[20] < 2  # ... and the rest is fast
+    assert sorted(r["epoch_time_s"] for r in records)[8] < 2  # ... and most others are fast
 
 
 def epochs_of(run: Path) -> int:

@@ -20,6 +20,22 @@ from distgnn.errors import CollectiveError
 
 #: seconds a rank keeps looking for the probe (a network filesystem may cache a missing name)
 PROBE_WAIT_S = 10.0
+#: environment variable that sets those seconds instead (a filesystem known to be quicker or slower)
+PROBE_WAIT_ENV = "DISTGNN_SHARED_PROBE_S"
+
+
+def probe_wait_s() -> float:
+    """Seconds to look for the probe: ``DISTGNN_SHARED_PROBE_S`` if set, else PROBE_WAIT_S."""
+    text = os.environ.get(PROBE_WAIT_ENV, "").strip()
+    if not text:
+        return PROBE_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also NaN
+        raise CollectiveError(f"{PROBE_WAIT_ENV}={text!r}: expected seconds >= 0")
+    return value
 
 
 def sees(path: Path, wait_s: float) -> bool:
@@ -38,11 +54,13 @@ def sees(path: Path, wait_s: float) -> bool:
 
 
 def check_shared_folder(folder: Path, comm: Communicator, option: str = "--out",
-                        wait_s: float = PROBE_WAIT_S) -> None:
+                        wait_s: float | None = None) -> None:
     """Raise :class:`CollectiveError` (on every rank) naming the ranks and hosts that do not see
-    what rank 0 writes in ``folder`` (which rank 0 has created). Collective."""
+    what rank 0 writes in ``folder`` (which rank 0 has created), each looking for up to
+    ``wait_s`` seconds (default :func:`probe_wait_s`). Collective."""
     if comm.size == 1:
         return
+    wait_s = probe_wait_s() if wait_s is None else wait_s
     token = comm.bcast(secrets.token_hex(8) if comm.rank == 0 else None)
     probe = folder / f".shared-probe-{token}"
     if comm.rank == 0:
