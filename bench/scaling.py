@@ -240,6 +240,125 @@ def run_summary(run: Path, records: list[dict], steady: list[dict]) -> dict:
     return out
 
 
+def predictions(graph, costs, law, papers_law, papers_name: str, say, plot: str | None = None) -> None:
+    """Step 5: predicted epoch time and speedup at P = 1 ... 128, for the calibration graph and a
+    papers100M-shaped graph (its RF law ``papers_law``, measured on ``papers_name``), said line by
+    line through ``say``; the speedup plot (PNG) written to ``plot`` if given."""
+    from distgnn.commands.scaling_model import GRAPHS, format_table, row_label
+    from distgnn.scaling.costs import GraphShape, ModelShape
+    from distgnn.scaling.model import speedup_table
+    from distgnn.scaling.network import NetworkModel
+
+    model = ModelShape(LAYERS, HIDDEN)
+    parts = [1, 2, 4, 8, 16, 32, 64, 128]
+    ib = NetworkModel()
+    # each algorithm at its default, cd-5 under its first rule and with --fresh-copies, and cd-5
+    # on the replicas for the gain of apply-at-root
+    contenders = [Variant("cd-0"), Variant("cd-5"), Variant("cd-5", rule="delayed"),
+                  Variant("cd-5", fresh_copies=True, rule="delayed"),
+                  Variant("cd-5", "replicas"), Variant("0c")]
+
+    def table(shape, c, law_):
+        return [row for v in contenders
+                for row in speedup_table(shape, model, c, law_, ib, [v.algo], parts, apply=v.apply,
+                                         **v.model_options())]
+
+    def label(row: dict) -> str:
+        return f"{row_label(row)} ({row['apply']})"
+
+    say("Calibration graph, 100 Gb/s InfiniBand, compute as measured here (1 thread per rank):")
+    say()
+    say(format_table(table(graph, costs, law), graph, law, ib))
+    say()
+    papers = GraphShape(*GRAPHS["ogbn-papers100M"], name="ogbn-papers100M")
+    tables = {}
+    for speedup in (1.0, 16.0):
+        rows = table(papers, costs.scaled(speedup), papers_law)
+        tables[speedup] = rows
+        say(f"papers100M shape, RF law of {papers_name}, 100 Gb/s InfiniBand, compute "
+            + ("as measured here (one thread per socket)" if speedup == 1 else f"{speedup:g}x faster per socket "
+               "(a 28-core socket against the one thread measured here, memory-bound)") + ":")
+        say()
+        say(format_table([r for r in rows if r["P"] in (1, 16, 32, 64, 128)], papers, papers_law, ib))
+        say()
+    for speedup, rows in tables.items():
+        say(f"compute x{speedup:g}: speedup at 128 sockets " + ", ".join(
+            f"{label(r)} {r['speedup']:.1f}x ({r['dominant']} dominates: aggregate {r['aggregate_s']:.2f} s, dense "
+            f"{r['dense_s']:.2f} s, exchange {r['exchange_s']:.2f} s)" for r in rows if r["P"] == 128)
+            + f"; DistGNN reported {PAPER_SPEEDUP_128:g}x")
+    say()
+    say(f"Against DGL 1.1.3 on one socket (DistGNN's 97x counts so): our speedup at 128 sockets "
+        f"times DGL's one-socket epoch over ours, from bench.epoch ("
+        + ", ".join(f"{k}: {x:.2f}x" for k, x in DGL_OVER_OURS.items()) + "), compute as measured:")
+    say()
+    say("| algo | apply | vs our P = 1 | " + " | ".join(f"vs DGL, {k}" for k in DGL_OVER_OURS)
+        + " | gap to 97x (like for like) |")
+    say("|---|---|---|" + "---|" * len(DGL_OVER_OURS) + "---|")
+    for r in (r for r in tables[1.0] if r["P"] == 128):
+        like = r["speedup"] * DGL_OVER_OURS["like for like (2 MB pages)"]
+        say(f"| {row_label(r)} | {r['apply']} | {r['speedup']:.1f}x | "
+            + " | ".join(f"{r['speedup'] * x:.1f}x" for x in DGL_OVER_OURS.values())
+            + f" | {like / PAPER_SPEEDUP_128:.2f} of 97x |")
+    base = tables[1.0][0]["epoch_s"] * tables[1.0][0]["speedup"]  # the P = 1 epoch
+    needed = base * DGL_OVER_OURS["like for like (2 MB pages)"] / PAPER_SPEEDUP_128
+    say()
+    say(f"Gap to 97x against DGL like for like, term by term at 128 sockets: 97x needs an epoch of "
+        f"{needed:.2f} s (P = 1: {base:.1f} s x {DGL_OVER_OURS['like for like (2 MB pages)']:.2f} / 97).")
+    for r in (r for r in tables[1.0] if r["P"] == 128 and r["algo"] == "cd-5" and r["apply"] == "root"):
+        say(f"- {row_label(r)}: epoch {r['epoch_s']:.2f} s = aggregate {r['aggregate_s']:.2f} + dense "
+            f"{r['dense_s']:.2f} + exchange {r['exchange_s']:.2f} + allreduce {r['allreduce_s']:.3f} "
+            f"+ overhead; {r['epoch_s'] - needed:+.2f} s from 97x")
+    if plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for speedup, style in ((1.0, "-"), (16.0, "--")):
+            for i, key in enumerate(dict.fromkeys(label(r) for r in tables[speedup])):
+                rows = [r for r in tables[speedup] if label(r) == key]
+                ax.plot([r["P"] for r in rows], [r["speedup"] for r in rows], style, marker="o", ms=3,
+                        color=f"C{i}", label=key if speedup == 1.0 else None)
+        ax.plot([], [], "-", color="black", label="compute as measured (1 thread)")
+        ax.plot([], [], "--", color="black", label="compute 16x faster per socket")
+        ax.plot(parts, parts, ":", color="grey", label="linear")
+        ax.plot([128], [PAPER_SPEEDUP_128], "k*", ms=10, label="DistGNN reported (97x)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("sockets (ranks)")
+        ax.set_ylabel("predicted speedup over one socket")
+        ax.set_title("papers100M shape, 3-layer GraphSAGE 256, 100 Gb/s InfiniBand (model)", fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(plot, dpi=120)
+        plt.close(fig)
+
+
+def redraw(calibration: Path, markdown: str | None, plot: str | None) -> int:
+    """Step 5 alone from ``calibration`` (CAL.json of an earlier run): the same tables and plot
+    that run would draw with the calibration as it is now (e.g. after its papers law was
+    measured at full size)."""
+    from distgnn.commands.scaling_model import _papers_law, load_calibration
+
+    graph, costs, law, _ = load_calibration(calibration)
+    papers_law = _papers_law(calibration)
+    if papers_law is None:
+        sys.exit(f"--redraw {calibration}: no papers_replication law in it")
+    measured_on = json.loads(calibration.read_text())["papers_replication"].get("measured_on")
+    out: list[str] = [f"`python -m bench.scaling --redraw {calibration}`: the predictions of that "
+                      f"calibration; GraphSAGE {LAYERS} layers, hidden {HIDDEN}.", ""]
+
+    def say(line: str = "") -> None:
+        print(line, flush=True)
+        out.append(line)
+
+    predictions(graph, costs, law, papers_law, measured_on or "the calibration's papers twin", say, plot)
+    if markdown:
+        Path(markdown).write_text("\n".join(out) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scale", type=float, default=0.05, help="synth-reddit scale of the check")
@@ -274,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline", type=float, metavar="S",
                         help="seconds from the start: training runs still going then are stopped "
                              "(their finished epochs count), later ones skipped")
+    parser.add_argument("--redraw", metavar="CAL.json", type=Path,
+                        help="only step 5, from an existing calibration: its tables (printed, and "
+                             "to --markdown) and the plot (--plot); nothing is measured")
     parser.add_argument("--keep-going", action="store_true",
                         help="a failed run of step 4 is reported and skipped instead of ending the bench")
     args = parser.parse_args(argv)
@@ -281,10 +403,11 @@ def main(argv: list[str] | None = None) -> int:
         add_leaf_fractions(args.leaf_fractions_into, work_folder(args.work, "bench-scaling-"),
                            args.scale, args.papers_scale)
         return 0
-    from distgnn.commands.scaling_model import GRAPHS, format_table, row_label
+    if args.redraw:
+        return redraw(args.redraw, args.markdown, args.plot)
     from distgnn.data.fetch import fetch
     from distgnn.scaling.costs import GraphShape, ModelShape, fit_costs
-    from distgnn.scaling.model import predict_epoch, speedup_table
+    from distgnn.scaling.model import predict_epoch
     from distgnn.scaling.network import NetworkModel
     from distgnn.scaling.replication import ReplicationLaw
 
@@ -526,89 +649,7 @@ def main(argv: list[str] | None = None) -> int:
             "microbench": mb}, indent=1))
 
     # 5. predictions
-    parts = [1, 2, 4, 8, 16, 32, 64, 128]
-    ib = NetworkModel()
-    # each algorithm at its default, cd-5 under its first rule and with --fresh-copies, and cd-5
-    # on the replicas for the gain of apply-at-root
-    contenders = [Variant("cd-0"), Variant("cd-5"), Variant("cd-5", rule="delayed"),
-                  Variant("cd-5", fresh_copies=True, rule="delayed"),
-                  Variant("cd-5", "replicas"), Variant("0c")]
-
-    def table(shape, c, law_):
-        return [row for v in contenders
-                for row in speedup_table(shape, model, c, law_, ib, [v.algo], parts, apply=v.apply,
-                                         **v.model_options())]
-
-    def label(row: dict) -> str:
-        return f"{row_label(row)} ({row['apply']})"
-
-    say("Calibration graph, 100 Gb/s InfiniBand, compute as measured here (1 thread per rank):")
-    say()
-    say(format_table(table(graph, costs, law), graph, law, ib))
-    say()
-    papers = GraphShape(*GRAPHS["ogbn-papers100M"], name="ogbn-papers100M")
-    tables = {}
-    for speedup in (1.0, 16.0):
-        rows = table(papers, costs.scaled(speedup), papers_law)
-        tables[speedup] = rows
-        say(f"papers100M shape, RF law of {papers_path.parent.name}, 100 Gb/s InfiniBand, compute "
-            + ("as measured here (one thread per socket)" if speedup == 1 else f"{speedup:g}x faster per socket "
-               "(a 28-core socket against the one thread measured here, memory-bound)") + ":")
-        say()
-        say(format_table([r for r in rows if r["P"] in (1, 16, 32, 64, 128)], papers, papers_law, ib))
-        say()
-    for speedup, rows in tables.items():
-        say(f"compute x{speedup:g}: speedup at 128 sockets " + ", ".join(
-            f"{label(r)} {r['speedup']:.1f}x ({r['dominant']} dominates: aggregate {r['aggregate_s']:.2f} s, dense "
-            f"{r['dense_s']:.2f} s, exchange {r['exchange_s']:.2f} s)" for r in rows if r["P"] == 128)
-            + f"; DistGNN reported {PAPER_SPEEDUP_128:g}x")
-    say()
-    say(f"Against DGL 1.1.3 on one socket (DistGNN's 97x counts so): our speedup at 128 sockets "
-        f"times DGL's one-socket epoch over ours, from bench.epoch ("
-        + ", ".join(f"{k}: {x:.2f}x" for k, x in DGL_OVER_OURS.items()) + "), compute as measured:")
-    say()
-    say("| algo | apply | vs our P = 1 | " + " | ".join(f"vs DGL, {k}" for k in DGL_OVER_OURS)
-        + " | gap to 97x (like for like) |")
-    say("|---|---|---|" + "---|" * len(DGL_OVER_OURS) + "---|")
-    for r in (r for r in tables[1.0] if r["P"] == 128):
-        like = r["speedup"] * DGL_OVER_OURS["like for like (2 MB pages)"]
-        say(f"| {row_label(r)} | {r['apply']} | {r['speedup']:.1f}x | "
-            + " | ".join(f"{r['speedup'] * x:.1f}x" for x in DGL_OVER_OURS.values())
-            + f" | {like / PAPER_SPEEDUP_128:.2f} of 97x |")
-    base = tables[1.0][0]["epoch_s"] * tables[1.0][0]["speedup"]  # the P = 1 epoch
-    needed = base * DGL_OVER_OURS["like for like (2 MB pages)"] / PAPER_SPEEDUP_128
-    say()
-    say(f"Gap to 97x against DGL like for like, term by term at 128 sockets: 97x needs an epoch of "
-        f"{needed:.2f} s (P = 1: {base:.1f} s x {DGL_OVER_OURS['like for like (2 MB pages)']:.2f} / 97).")
-    for r in (r for r in tables[1.0] if r["P"] == 128 and r["algo"] == "cd-5" and r["apply"] == "root"):
-        say(f"- {row_label(r)}: epoch {r['epoch_s']:.2f} s = aggregate {r['aggregate_s']:.2f} + dense "
-            f"{r['dense_s']:.2f} + exchange {r['exchange_s']:.2f} + allreduce {r['allreduce_s']:.3f} "
-            f"+ overhead; {r['epoch_s'] - needed:+.2f} s from 97x")
-    if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
-        for speedup, style in ((1.0, "-"), (16.0, "--")):
-            for i, key in enumerate(dict.fromkeys(label(r) for r in tables[speedup])):
-                rows = [r for r in tables[speedup] if label(r) == key]
-                ax.plot([r["P"] for r in rows], [r["speedup"] for r in rows], style, marker="o", ms=3,
-                        color=f"C{i}", label=key if speedup == 1.0 else None)
-        ax.plot([], [], "-", color="black", label="compute as measured (1 thread)")
-        ax.plot([], [], "--", color="black", label="compute 16x faster per socket")
-        ax.plot(parts, parts, ":", color="grey", label="linear")
-        ax.plot([128], [PAPER_SPEEDUP_128], "k*", ms=10, label="DistGNN reported (97x)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log", base=2)
-        ax.set_xlabel("sockets (ranks)")
-        ax.set_ylabel("predicted speedup over one socket")
-        ax.set_title("papers100M shape, 3-layer GraphSAGE 256, 100 Gb/s InfiniBand (model)", fontsize=9)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=120)
-        plt.close(fig)
+    predictions(graph, costs, law, papers_law, papers_path.parent.name, say, args.plot)
     if args.markdown:
         Path(args.markdown).write_text("\n".join(out) + "\n")
     results["validation_failures"] = failures

@@ -65,3 +65,22 @@ def test_scaling_bench_smoke(tmp_path: Path, capsys) -> None:
         rows = json.loads(capsys.readouterr().out)
         speedup[apply] = next(r["speedup"] for r in rows if r["P"] == 128)
     assert speedup["root"] > speedup["replicas"]
+
+
+def test_redraw_predicts_what_the_cli_predicts_from_the_same_calibration(tmp_path: Path) -> None:
+    """`bench.scaling --redraw CAL` (step 5 alone, nothing measured) and `distgnn scaling-model
+    predict` give the same 128-socket speedups for the papers100M shape."""
+    cal = ROOT / "docs" / "scale-calibration.json"
+    md, png = tmp_path / "model.md", tmp_path / "speedup.png"
+    proc = subprocess.run([sys.executable, "-m", "bench.scaling", "--redraw", str(cal),
+                           "--markdown", str(md), "--plot", str(png)],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert png.stat().st_size > 0 and md.read_text().startswith("`python -m bench.scaling --redraw")
+    said = next(l for l in proc.stdout.splitlines() if l.startswith("compute x1: speedup at 128"))
+    cli = subprocess.run([sys.executable, "-m", "distgnn", "scaling-model", "predict", "--calibration",
+                          str(cal), "--graph", "ogbn-papers100M", "--algos", "cd-0", "cd-5", "--parts",
+                          "128", "--json"], cwd=ROOT, capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr[-2000:]
+    for row in json.loads(cli.stdout):
+        assert f"{row['algo']} (root) {row['speedup']:.1f}x" in said, (row, said)
