@@ -83,23 +83,11 @@ def mpiexec(num_ranks: int, *args: str, env: dict | None = None, timeout: float 
             module: bool = True, launcher_options: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     """Run ``python -m distgnn ARGS`` (or ``python ARGS`` when not ``module``) under
     ``mpiexec --oversubscribe [launcher_options] -n num_ranks``, one thread per rank."""
-    command, full_env = mpiexec_command(num_ranks, args, env, module, launcher_options)
-    return subprocess.run(command, env=full_env, capture_output=True, text=True, timeout=timeout)
-
-
-def mpiexec_started(num_ranks: int, *args: str, env: dict | None = None) -> subprocess.Popen:
-    """``mpiexec(num_ranks, *args)`` started in the background (``communicate()`` waits)."""
-    command, full_env = mpiexec_command(num_ranks, args, env, True, ())
-    return subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
-def mpiexec_command(num_ranks: int, args: tuple, env: dict | None, module: bool,
-                    launcher_options: tuple[str, ...]) -> tuple[list[str], dict]:
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     command = ["mpiexec", "--oversubscribe", *launcher_options, "-n", str(num_ranks), sys.executable]
     command += ["-m", "distgnn"] if module else []
-    return command + [str(a) for a in args], full_env
+    return subprocess.run(command + [str(a) for a in args], env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="session")

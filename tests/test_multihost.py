@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, mpiexec, mpiexec_started, partitioned_twin, run_cli
+from conftest import REPO, mpiexec, partitioned_twin, run_cli
 
 pytestmark = pytest.mark.multihost
 SCRIPT = REPO / "cluster" / "multihost.sh"
@@ -453,14 +453,15 @@ def test_a_run_outlives_a_cut_link_a_cut_off_host_and_a_lost_host_and_equals_the
     args = ["--epochs", "52", "--checkpoint-every", "4", "--hang-timeout", "10"]
     proc = launch_on_hosts(partdir, run, logs, *args)
     resumed_after = [0]
+    pool = ThreadPoolExecutor(1)
     reference = None
     try:
         for fault, heal, line in HOST_FAULTS:
             wait_for_checkpoint(run, resumed_after[-1] + 8, proc)
             # the uninterrupted run, on this host while the faults keep the hosts waiting
-            reference = reference or mpiexec_started(
-                2, "train", partdir, "--out", tmp_path / "local", "--threads", "1", *FAULT_RUN,
-                *args, env={"DISTGNN_TILES": "off"})
+            reference = reference or pool.submit(
+                mpiexec, 2, "train", partdir, "--out", tmp_path / "local", "--threads", "1",
+                *FAULT_RUN, *args, env={"DISTGNN_TILES": "off"})
             proc = end_by_a_host_fault(proc, partdir, run, logs, fault, heal, line, args)
             resumed_after.append(checkpoints(run)[-1])
         wait_for_checkpoint(run, resumed_after[-1] + 8, proc)
@@ -468,11 +469,10 @@ def test_a_run_outlives_a_cut_link_a_cut_off_host_and_a_lost_host_and_equals_the
         resumed_after.append(checkpoints(run)[-1])
         proc = launch_on_hosts(partdir, run, logs, *args, "--resume")  # an explicit relaunch
         _, err = proc.communicate(timeout=300)
-        _, reference_err = reference.communicate(timeout=300)
     finally:
-        for started in (proc, reference):
-            if started is not None and started.poll() is None:
-                started.kill()
+        if proc.poll() is None:
+            proc.kill()
+        pool.shutdown()
         cluster("link", "mh2", "up")
         cluster("revive", "mh2")
     assert proc.returncode == 0, err[-3000:]
@@ -481,7 +481,8 @@ def test_a_run_outlives_a_cut_link_a_cut_off_host_and_a_lost_host_and_equals_the
     logged = "".join(p.read_text(errors="replace") for p in logs.rglob("*.err"))
     for kept in resumed_after[1:]:
         assert f"continuing after epoch {kept}" in logged
-    assert reference.returncode == 0, reference_err[-2000:]
+    local = reference.result()
+    assert local.returncode == 0, local.stderr[-2000:]
     assert losses(run) == pytest.approx(losses(tmp_path / "local"), rel=1e-6)
 
 

@@ -9,6 +9,7 @@ hosts, in one line.
 """
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import socket
@@ -32,8 +33,8 @@ def probe_wait_s() -> float:
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
-    if not value >= 0:  # also NaN
+        value = math.nan
+    if not value >= 0:  # NaN too
         raise CollectiveError(f"{PROBE_WAIT_ENV}={text!r}: expected seconds >= 0")
     return value
 
