@@ -4,8 +4,9 @@
 # Redo one stage: snakemake -c2 --forcerun <rule>.   Outputs: docs/design.md#pipeline.
 import sys
 from snakemake.utils import min_version, validate
-from distgnn.vocabulary import ALGO_PATTERN, DEFAULT_MODEL, MODELS  # the one grammar of names
-from distgnn.workflow_config import unknown_key_in
+from distgnn.models.registry import BUILT_IN, DEFAULT_MODEL
+from distgnn.vocabulary import ALGO_PATTERN  # the one grammar of names
+from distgnn.workflow_config import registry_mismatch, unknown_key_in
 
 min_version("8.0")
 
@@ -19,6 +20,11 @@ if unknown_key:
     print(f"Error in the config: {unknown_key}", file=sys.stderr)
     sys.exit(1)
 validate(config, "workflow/schemas/config.schema.yaml")
+import yaml  # the schema's model and rule names are the registries' (one check, distgnn.workflow_config)
+mismatch = registry_mismatch(yaml.safe_load(open(f"{workflow.basedir}/workflow/schemas/config.schema.yaml")))
+if mismatch:
+    print(f"Error in the workflow: {mismatch}", file=sys.stderr)
+    sys.exit(1)
 
 
 wildcard_constraints:
@@ -26,7 +32,7 @@ wildcard_constraints:
     method=r"[a-z]+",
     P=r"[1-9][0-9]*",
     k=r"[0-9]+",
-    algo=rf"(?:(?:{'|'.join(m for m in MODELS if m != DEFAULT_MODEL)})-)?(?:{ALGO_PATTERN})(?:-root|-replicas)?",  # run folder: [model-]algorithm[-apply]
+    algo=rf"(?:(?:{'|'.join(m for m in BUILT_IN if m != DEFAULT_MODEL)})-)?(?:{ALGO_PATTERN})(?:-root|-replicas)?",  # run folder: [model-]algorithm[-apply]
 
 
 # train only submits (submitit) and waits: it never becomes a Slurm job itself.

@@ -118,7 +118,7 @@ def time_section(args, python: str, work: Path, say) -> bool:
 def memory_section(args, python: str, work: Path, say) -> None:
     from distgnn.data.fetch import fetch
     from distgnn.partition.assign import assign_graph
-    from distgnn.train.memory_estimate import (assignment_part_shapes, estimate_run_memory,
+    from distgnn.scaling.rank_memory import (assignment_part_shapes, estimate_run_memory,
                                                 estimate_shape)
 
     graph = fetch(args.memory_dataset, root=work / "data", scale=args.memory_scale)

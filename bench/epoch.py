@@ -97,9 +97,9 @@ def timed(clock: Clock, agg: Callable[[torch.Tensor], torch.Tensor], h: torch.Te
 
 def build_ours(indptr: torch.Tensor, indices: torch.Tensor, args: argparse.Namespace, clock: Clock,
                precision: str = "fp32", input_cache: bool = True):
-    from distgnn import ops
+    from distgnn.kernels import ops
     from distgnn.models import GraphSAGE
-    from distgnn.precision import dense_autocast, in_float32
+    from distgnn.kernels.precision import dense_autocast, in_float32
 
     model = GraphSAGE(args.feat, args.hidden, args.classes, 3, args.aggregator, dropout=0.5)
     n = indptr.numel() - 1

@@ -8,7 +8,8 @@ rank, ``DISTGNN_TILES=off`` (the tiling choice is timed, so it could change the 
 cd-0, cd-5, 0c and GAT cd-5 (``--model gat --heads 2``) under their default apply mode, plus the
 replicas mode's cd-5 and cd-5-orig, cd-5 ``--fresh-copies``, and shorter delays (cd-2, cd-3) with
 GAT, GCN, GIN, bf16 and without the input cache, whose deliveries start within a few epochs (run
-``--epochs 12`` to see every cd-r rule deliver), and the other cd-r rules at the root.
+``--epochs 12`` to see every cd-r rule deliver), and the other cd-r rules at the root (the
+retired ones through ``python -m bench.retired_rules``, which registers them).
 ``--partition DIR`` trains on an existing partition folder instead (e.g. a directed graph, whose
 leaves often lack local in- or out-edges). Every epoch's loss is written with
 ``repr`` precision; ``--compare`` prints each run's verdict and exits 1 unless every loss is equal
@@ -52,6 +53,11 @@ RUNS: dict[str, list[str]] = {
 }
 
 
+#: the rules bench/retired_rules.py registers (not offered by distgnn itself)
+RETIRED_RULES = ("warm", "input", "warm-input", "present", "present-input", "warm-recompute")
+REPO = Path(__file__).resolve().parents[1]
+
+
 def run(cmd: list[str], env: dict[str, str]) -> None:
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -70,13 +76,17 @@ def losses(work: Path, parts: int, epochs: int, partdir: Path | None = None
         run(exe + ["partition", str(work / "g" / "graph.zarr"), "--parts", str(parts), "--method",
                    "libra", "--out", str(partdir)], env)
     else:
-        from distgnn.train.partition_data import read_num_parts
+        from distgnn.partition.part_loader import read_num_parts
 
         parts = read_num_parts(partdir)
+    retired = [sys.executable, "-m", "bench.retired_rules"]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     out: dict[str, list[float]] = {}
     for name, options in RUNS.items():
         run_dir = work / "runs" / name
-        run(["mpiexec", "--oversubscribe", "-n", str(parts)] + exe
+        rule = options[options.index("--cdr-rule") + 1] if "--cdr-rule" in options else None
+        run(["mpiexec", "--oversubscribe", "-n", str(parts)]
+            + (retired if rule in RETIRED_RULES else exe)
             + ["train", str(partdir), "--epochs", str(epochs), "--threads", "1", "--quiet",
                "--out", str(run_dir)] + options, env)
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

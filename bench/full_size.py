@@ -9,10 +9,10 @@ hidden 256, ranks = P, threads per rank = cores / P): cd-0 3 epochs at P = 1 and
 at P = 2, 0c 3 epochs at P = 2, and cd-0 1 epoch at P = 4 (memory scaling); then synth-products at
 the largest of ``--products-scales`` (times ``--scale``) whose P = 1 memory estimate fits, cd-0 3
 epochs at P = 1 and 2. Before each run it prints every rank's memory estimate
-(:func:`distgnn.train.memory_estimate.estimate_run_memory`, the launcher's function) and skips,
+(:func:`distgnn.scaling.rank_memory.estimate_run_memory`, the launcher's function) and skips,
 saying why, a run whose ranks together would not fit in the available memory. The estimate's
 fixed part is measured on this machine first: the interpreter's imports
-(:func:`~distgnn.train.memory_estimate.measure_baseline`) and what a rank holds beyond them (its
+(:func:`~distgnn.scaling.rank_memory.measure_baseline`) and what a rank holds beyond them (its
 ``runtime``, fitted to one epoch on a twin at ``CALIBRATION_SCALE``: :meth:`Bench.calibrate`).
 Prints each stage's wall time, measured peak memory per rank against the estimate (target: within
 ``MEMORY_TOLERANCE``) and bytes per epoch by kind; writes all figures to ``--json`` and the tables
@@ -88,7 +88,7 @@ class Bench:
         self.partitions: list[dict[str, Any]] = []
         self.runs: list[dict[str, Any]] = []
         self.memory_scaling: list[dict[str, Any]] = []
-        from distgnn.train.memory_estimate import RUNTIME_OVERHEAD_BYTES, measure_baseline
+        from distgnn.scaling.rank_memory import RUNTIME_OVERHEAD_BYTES, measure_baseline
 
         self.baseline = measure_baseline()
         self.runtime = RUNTIME_OVERHEAD_BYTES  # until calibrate() measures it here
@@ -165,7 +165,7 @@ class Bench:
         return out
 
     def estimate(self, partdir: Path, algo: str) -> list:
-        from distgnn.train.memory_estimate import estimate_run_memory
+        from distgnn.scaling.rank_memory import estimate_run_memory
 
         return estimate_run_memory(partdir, LAYERS, HIDDEN, algo, self.baseline, runtime=self.runtime)
 
@@ -179,9 +179,9 @@ class Bench:
         """Measure the estimate's ``runtime`` on this machine: cd-0 for one epoch at P = 1 on a
         synth-reddit twin at ``CALIBRATION_SCALE`` (graph-sized memory of a few MiB), its peak
         memory less the measured baseline and the (small) estimated rest
-        (:func:`~distgnn.train.memory_estimate.fit_runtime`)."""
+        (:func:`~distgnn.scaling.rank_memory.fit_runtime`)."""
         from distgnn.data.fetch import store_path
-        from distgnn.train.memory_estimate import fit_runtime
+        from distgnn.scaling.rank_memory import fit_runtime
 
         work = self.work / "calibration"
         graph = store_path(work / "data", "synth-reddit", CALIBRATION_SCALE, 0, None)
@@ -202,7 +202,7 @@ class Bench:
                    runtime_mib=round(self.runtime / 2**20))
 
     def train(self, store: str, partdir: Path, algo: str, parts: int, epochs: int) -> None:
-        from distgnn.train.memory_estimate import available_memory_bytes, fits
+        from distgnn.scaling.rank_memory import available_memory_bytes, fits
 
         epochs = min(epochs, self.args.max_epochs) if self.args.max_epochs else epochs
         estimates = self.estimate(partdir, algo)
@@ -281,7 +281,7 @@ class Bench:
         cd-0 at P = 2 there too when its estimate (from the real partition) fits, else P = 1 and
         P = 2 again at the largest smaller scale where both fit (replicas make P = 2 need more
         memory in all than P = 1)."""
-        from distgnn.train.memory_estimate import PartShape, available_memory_bytes, estimate_shape
+        from distgnn.scaling.rank_memory import PartShape, available_memory_bytes, estimate_shape
 
         scales = [s * self.args.scale for s in sorted(self.args.products_scales, reverse=True)]
         chosen = None
@@ -315,7 +315,7 @@ class Bench:
             print(f"synth-products --scale {scale:g}: P=2 does not fit; trying a smaller scale", flush=True)
 
     def fits(self, partdir: Path, algo: str) -> bool:
-        from distgnn.train.memory_estimate import available_memory_bytes, fits
+        from distgnn.scaling.rank_memory import available_memory_bytes, fits
 
         return fits(self.estimate(partdir, algo), available_memory_bytes())[0]
 

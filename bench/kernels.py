@@ -9,9 +9,9 @@ part's default vertex order (the graph renumbered by the function ``distgnn part
 one part holds it: the arrays a P = 1 part stores), then also with the rows and CSR on 2 MB pages
 (as ``distgnn train`` loads them); DGL given that order and 2 MB pages (the like-for-like line);
 torch.sparse and PyG. Our outputs come from the output pool (an output nothing uses any more is
-reused, as in training, distgnn/output_pool.py); one line allocates a fresh output per call
+reused, as in training, distgnn/kernels/output_pool.py); one line allocates a fresh output per call
 instead. The lines marked "as distgnn train" and plain "ours" run the library's own path, source
-tiles chosen by measurement (distgnn/tiling.py; the choices are printed); "never tiled" lines
+tiles chosen by measurement (distgnn/kernels/tiling.py; the choices are printed); "never tiled" lines
 run the kernel untiled. Prints ms, the speedup over DGL as a user runs it and like for like, and
 effective GB/s = (gathered m*F*4 + index bytes + output bytes) / time
 (docs/design.md#kernels), beside a STREAM triad measured in the same run, as a markdown table. Extra
@@ -29,9 +29,10 @@ import torch
 
 from bench.common import interleaved_min, machine_line, markdown_table, stream_triad
 from bench.graphs import bench_graph
-from distgnn import _native, ops
+from distgnn import _native
+from distgnn.kernels import ops
 from distgnn.memory import huge_page_copy
-from distgnn.output_pool import POOL
+from distgnn.kernels.output_pool import POOL
 from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER, block_permutation, relabel_csr
 
 
@@ -172,7 +173,7 @@ def bench_graph_kernels(name: str, dim: int, threads: int, repeats: int,
         except (RuntimeError, MemoryError) as exc:
             failed[key] = "failed: " + str(exc).splitlines()[0][-50:]
             del cases[key]
-    for _ in range(16):  # let the measured tile choices settle (distgnn/tiling.py) before timing
+    for _ in range(16):  # let the measured tile choices settle (distgnn/kernels/tiling.py) before timing
         if all(r["tiles"] is not None for r in ops.tiling_report()):
             break
         for key, fn in cases.items():

@@ -28,7 +28,8 @@ import torch
 
 from bench.common import interleaved_min, machine_line, markdown_table
 from bench.graphs import BENCH_GRAPHS, bench_graph
-from distgnn import _native, ops
+from distgnn import _native
+from distgnn.kernels import ops
 from distgnn.memory import huge_page_bytes, huge_page_copy, thp_mode
 from distgnn.partition.vertex_order import (DEFAULT_VERTEX_ORDER, VERTEX_ORDERS,
                                             block_permutation, relabel_csr)

@@ -129,7 +129,7 @@ def _reddit_like_store(work: Path) -> Path:
 
 def child_ours_whole(graph: str, parts: int, threads: int, out: str) -> None:
     from distgnn.partition.assign import assign_graph
-    from distgnn.partition.build import build_all
+    from distgnn.partition.part_writer import build_all
     from distgnn.progress import set_quiet
 
     set_quiet(True)

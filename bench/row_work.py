@@ -33,7 +33,7 @@ KINDS = ("written", "zeroed", "copied")
 
 def partition_rows(partdir: Path) -> dict[str, int]:
     """n_k, n_dst and n_src summed over the parts of ``partdir``."""
-    from distgnn.train.partition_data import load_partition, read_num_parts
+    from distgnn.partition.part_loader import load_partition, read_num_parts
 
     totals = {"n_k": 0, "n_dst": 0, "n_src": 0}
     for k in range(read_num_parts(partdir)):
@@ -50,7 +50,7 @@ def partition_rows(partdir: Path) -> dict[str, int]:
 def counted_rows(python: str, cwd: Path, partdir: Path, algo: str, epochs: int,
                  run_dir: Path) -> dict[str, float]:
     """The mean ``rows_*`` per epoch over the last two epochs of one run."""
-    from distgnn.train.partition_data import read_num_parts
+    from distgnn.partition.part_loader import read_num_parts
 
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMP_NUM_THREADS": "1"}
@@ -72,9 +72,9 @@ def kernel_times(partdir: Path, widths: list[int], repeats: int) -> list[dict]:
     import torch
 
     from bench.common import interleaved_min
-    from distgnn import ops, tiling
+    from distgnn.kernels import ops, tiling
     from distgnn.exchange.compact import compact_rows
-    from distgnn.train.partition_data import load_partition
+    from distgnn.partition.part_loader import load_partition
 
     tiling.set_mode("off")
     part = load_partition(partdir, 0)
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="distgnn-rows-") as tmp:
         for partdir in args.partdirs:
             shape = partition_rows(partdir)
-            from distgnn.train.partition_data import read_num_parts
+            from distgnn.partition.part_loader import read_num_parts
 
             parts = read_num_parts(partdir)
             for algo in args.algos:

@@ -35,7 +35,7 @@ def run(cmd: list[str]) -> None:
 def plan_rows(partdir: Path, delay: int) -> dict:
     """Rows the pruned root plans move, summed over parts: per plan, every row (cd-0) and, per
     bin, the rows of that bin (cd-r)."""
-    from distgnn.train.partition_data import load_partition, read_assignment_attrs
+    from distgnn.partition.part_loader import load_partition, read_assignment_attrs
 
     parts = int(read_assignment_attrs(partdir)["P"])
     totals = {"broadcast": 0, "reduce": 0, "bins_broadcast": np.zeros(delay, np.int64),

@@ -50,7 +50,7 @@ def train_model(partition_dir: str | os.PathLike, model: torch.nn.Module, *,
     if getattr(model, "uses_attention", False):
         from distgnn.train.config import check_attention, check_config
 
-        check_attention(config, check_config(config), f"train_model({config.model})")
+        check_attention(config, check_config(config).algorithm, f"train_model({config.model})")
     comm = comm or Communicator()
     try:
         return Trainer(partition_dir, config, out, comm, on_epoch, model=model).run()

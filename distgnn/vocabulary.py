@@ -4,11 +4,10 @@ numpy (the CLI parser, the Snakefile and the report import it; a test checks tha
 * the algorithms (``--algo``): their grammar :data:`ALGO_PATTERN`, :func:`parse_algorithm` and
   what each one does (:class:`Algorithm`), the first steady-state epoch (:func:`steady_start`);
 * where the dense work runs (``--apply``): :data:`APPLY_MODES`, :func:`resolve_apply`;
-* run folder names: :func:`run_name`;
 * the aggregation normalisations :data:`NORMS` (and :data:`SELF_TERM_NORMS`), GraphSAGE's
   :data:`AGGREGATORS`, the precisions :data:`PRECISIONS`;
-* the built-in models' names :data:`MODELS` (what each one is: :mod:`distgnn.models.registry`,
-  docs/design.md#models) and how a user's own model is named (:data:`CUSTOM_PREFIX`).
+* how a user's own model is named (:data:`CUSTOM_PREFIX`); the models themselves, their names and
+  the default one are the registry's (:mod:`distgnn.models.registry`, docs/design.md#models).
 """
 from __future__ import annotations
 
@@ -17,20 +16,15 @@ from dataclasses import dataclass
 
 from distgnn.errors import DistgnnError
 
-#: the normalisations an aggregate performs (``distgnn.ops.aggregate``'s ``norm``; a model declares
+#: the normalisations an aggregate performs (``distgnn.kernels.ops.aggregate``'s ``norm``; a model declares
 #: one as its ``norm``, docs/design.md#own-model)
 NORMS = ("sum", "mean", "gcn", "sym")
 #: norms whose aggregate adds each destination's own row (gcn: h_v / (deg + 1); sym: the I of A + I)
 SELF_TERM_NORMS = ("gcn", "sym")
 #: GraphSAGE's ``--aggregator`` values (each is also the norm of its aggregate)
 AGGREGATORS = ("mean", "gcn")
-#: dense-work precisions (distgnn/precision.py applies them)
+#: dense-work precisions (distgnn/kernels/precision.py applies them)
 PRECISIONS = ("fp32", "bf16")
-#: the built-in ``--model`` names, default first; each is registered with its shapes and options
-#: by :mod:`distgnn.models.registry` (which checks that it registers exactly these)
-MODELS = ("sage", "gcn", "gin", "gat")
-#: the model runs get when ``--model`` is not given; its run folders carry no model prefix
-DEFAULT_MODEL = MODELS[0]
 #: a user's own module (``distgnn.train_model``) is named ``custom:<class name>``
 CUSTOM_PREFIX = "custom:"
 
@@ -120,16 +114,3 @@ def resolve_apply(apply: str, algorithm: Algorithm) -> str:
                            f"dense work on every replica (use --apply replicas, or auto)")
     return apply
 
-
-def run_name(algo: str, apply: str = "auto", model: str = DEFAULT_MODEL) -> str:
-    """Run folder name: the algorithm, plus ``-<apply>`` when ``--apply`` resolves to another mode
-    than the algorithm's default (so runs of both modes coexist: ``cd-0``, ``cd-0-replicas``;
-    ``--apply root`` for cd-0 is the default computation and shares ``cd-0``), after ``<model>-``
-    for a model other than GraphSAGE (``gcn-cd-0``; a user's model ``custom:Net``: ``Net-cd-0``)."""
-    prefix = "" if model == DEFAULT_MODEL else f"{model.split(':')[-1]}-"
-    try:
-        default = resolve_apply("auto", parse_algorithm(algo))
-        resolved = resolve_apply(apply, parse_algorithm(algo))
-    except DistgnnError:
-        return prefix + (algo if apply == "auto" else f"{algo}-{apply}")
-    return prefix + (algo if resolved == default else f"{algo}-{resolved}")

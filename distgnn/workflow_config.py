@@ -1,6 +1,7 @@
 """The workflow's config against its schema (workflow/schemas/config.schema.yaml): an unknown key
 (a typo such as ``epoch:`` for ``epochs:``) named in one line, with its section and the nearest
-valid key, before Snakemake's ``validate`` would dump the whole schema and config."""
+valid key, before Snakemake's ``validate`` would dump the whole schema and config; and the
+schema's name lists against the registries (:func:`registry_mismatch`)."""
 from __future__ import annotations
 
 import difflib
@@ -42,3 +43,20 @@ def unknown_key_in(config: dict[str, Any], schema_path: str | os.PathLike) -> st
     """:func:`unknown_key` against the schema file at ``schema_path``."""
     with open(schema_path) as f:
         return unknown_key(config, yaml.safe_load(f))
+
+
+def registry_mismatch(schema: dict[str, Any]) -> str | None:
+    """The one check that the schema's name lists are the registries' (models and cd-r rules
+    are registered in code: distgnn.models.registry, distgnn.exchange.rules): one line naming the
+    first key whose ``enum`` differs from the built-in names, or None. The Snakefile runs it at
+    load; a test runs it on the shipped schema."""
+    from distgnn.exchange.rules import BUILT_IN as RULES
+    from distgnn.models.registry import BUILT_IN as MODELS
+
+    train = schema.get("properties", {}).get("train", {}).get("properties", {})
+    for key, names in (("model", MODELS), ("cdr_rule", RULES)):
+        enum = tuple(train.get(key, {}).get("enum", ()))
+        if sorted(enum) != sorted(names):
+            return (f"the config schema's train.{key} lists {', '.join(enum)}; distgnn registers "
+                    f"{', '.join(names)} (edit workflow/schemas/config.schema.yaml)")
+    return None

@@ -1,12 +1,12 @@
-"""Graph attention kernels (distgnn.attention) against the edge-by-edge torch reference: partials,
+"""Graph attention kernels (distgnn.kernels.attention) against the edge-by-edge torch reference: partials,
 merge across parts, keyed attention dropout, gradients (float64 gradcheck)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from distgnn import ops_reference as ref
-from distgnn.attention import AttentionDropout, attend, local_attention, merge
+import ops_reference as ref
+from distgnn.kernels.attention import AttentionDropout, attend, local_attention, merge
 from distgnn.errors import DistgnnError
 from test_ops import power_law_graph
 

@@ -88,8 +88,8 @@ def test_a_checkpoint_from_before_cdr_rules_resumes_the_first_rule_only(tmp_path
     make(tmp_path, 4, manifest=True, hyper=old)
     same = TrainConfig(algo="cd-5", cdr_rule="delayed").hyperparameters()
     assert ckpt.newest_checkpoint(tmp_path, same)[0] == 4
-    with pytest.raises(DistgnnError, match="cdr_rule='delayed', not 'warm'"):
-        ckpt.newest_checkpoint(tmp_path, TrainConfig(algo="cd-5", cdr_rule="warm").hyperparameters())
+    with pytest.raises(DistgnnError, match="cdr_rule='delayed', not 'recompute'"):
+        ckpt.newest_checkpoint(tmp_path, TrainConfig(algo="cd-5", cdr_rule="recompute").hyperparameters())
 
 
 def test_the_recompute_budget_is_a_hyperparameter_where_the_leaves_recompute(tmp_path: Path) -> None:

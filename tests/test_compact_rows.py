@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from distgnn import ops
+from distgnn.kernels import ops
 from distgnn.comm import RowPlan
 from distgnn.exchange.compact import compact_rows
 from distgnn.exchange.norms import kernel_weights

@@ -15,7 +15,7 @@ import zarr
 from conftest import mpiexec, run_cli, write_npy_graph
 from distgnn.data.fetch import fetch
 from distgnn.data.graph_store import GraphStore, store_name
-from distgnn.train.partition_data import load_partition
+from distgnn.partition.part_loader import load_partition
 
 
 def test_store_name_marks_float16() -> None:

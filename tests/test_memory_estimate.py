@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from distgnn.errors import DistgnnError
-from distgnn.train.memory_estimate import (PartShape, estimate_rank_memory, estimate_shape, fits,
+from distgnn.scaling.rank_memory import (PartShape, estimate_rank_memory, estimate_shape, fits,
                                            layer_widths, num_parameters)
 
 
@@ -145,7 +145,7 @@ def test_split_mask_is_two_or_more_replicas(parts: int) -> None:
 def assigned(tmp_path_factory):
     """A Libra assignment into 3 parts of a power-law graph, parts 0 and 2 built."""
     from distgnn.partition.assign import assign_graph
-    from distgnn.partition.build import build_part
+    from distgnn.partition.part_writer import build_part
     from partition_helpers import make_store
 
     root = tmp_path_factory.mktemp("assigned")
@@ -160,7 +160,7 @@ def assigned(tmp_path_factory):
 def test_assignment_gives_the_built_parts_figures(assigned) -> None:
     import zarr
 
-    from distgnn.train.memory_estimate import assignment_part_shapes, read_part_shape
+    from distgnn.scaling.rank_memory import assignment_part_shapes, read_part_shape
 
     shapes = assignment_part_shapes(assigned)
     assert len(shapes) == 3 and all(s.num_leaves > 0 and s.num_split > s.num_leaves for s in shapes)
@@ -180,7 +180,7 @@ def test_estimate_memory_cli_before_and_beside_built_parts(assigned, capsys) -> 
     import json
 
     from distgnn import cli
-    from distgnn.train.memory_estimate import estimate_rank_memory
+    from distgnn.scaling.rank_memory import estimate_rank_memory
     from distgnn.zarr_io import store_bytes
 
     args = ["scaling-model", "estimate-memory", str(assigned), "--layers", "2", "--hidden", "16"]
@@ -218,7 +218,7 @@ def fake_machine(tmp_path, available_gib: float, cgroup: tuple[str, float] | Non
 
 
 def test_the_budget_is_the_least_of_node_cgroup_and_slurm_request(tmp_path) -> None:
-    from distgnn.train.memory_estimate import memory_budget
+    from distgnn.scaling.rank_memory import memory_budget
 
     files = fake_machine(tmp_path, 8, (str(2 * 2**30), 0.5))
     assert memory_budget(*files, env={}) == (int(1.5 * 2**30), "the cgroup's memory.max less its use")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from distgnn import ops
+from distgnn.kernels import ops
 from distgnn.compat import import_dgl
 from distgnn.models import GraphSAGE, SAGELayer
 from test_ops import power_law_graph
@@ -194,7 +194,7 @@ def test_gcn_and_gin_models_equal_stacks_of_dgl_layers(name: str) -> None:
 
 
 def _attend(indptr: torch.Tensor, indices: torch.Tensor):
-    from distgnn.attention import attend
+    from distgnn.kernels.attention import attend
 
     return lambda i, z, el, er, inputs=None: attend(indptr, indices, z, el, er)
 

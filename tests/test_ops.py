@@ -1,12 +1,13 @@
-"""Native graph ops (distgnn.ops) against their plain torch references (distgnn.ops_reference)."""
+"""Native graph ops (distgnn.kernels.ops) against their plain torch references (ops_reference)."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
-from distgnn import _native, ops
-from distgnn import ops_reference as ref
+from distgnn import _native
+from distgnn.kernels import ops
+import ops_reference as ref
 from distgnn.errors import DistgnnError
 
 
@@ -58,7 +59,7 @@ def test_isa_override_and_refusals() -> None:
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "DISTGNN_ISA" in proc.stderr
     env["DISTGNN_ISA"] = "base"
-    proc = subprocess.run([sys.executable, "-c", "from distgnn import ops, _native; "
+    proc = subprocess.run([sys.executable, "-c", "from distgnn import _native; from distgnn.kernels import ops; "
                            "print(_native.aggregate_isa())"], env=env, capture_output=True, text=True)
     assert proc.stdout.strip() in ("base", "native")
 

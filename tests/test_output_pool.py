@@ -1,4 +1,4 @@
-"""Reused kernel outputs (distgnn/output_pool.py): a block comes back only when nothing uses it,
+"""Reused kernel outputs (distgnn/kernels/output_pool.py): a block comes back only when nothing uses it,
 free blocks stay under their budget, and a reused output is written whole by the kernel."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from distgnn import ops
-from distgnn.ops_reference import aggregate as aggregate_reference
-from distgnn.output_pool import POOL, OutputPool, reuse_outputs
+from distgnn.kernels import ops
+from ops_reference import aggregate as aggregate_reference
+from distgnn.kernels.output_pool import POOL, OutputPool, reuse_outputs
 
 MB = 1 << 20
 
@@ -105,7 +105,7 @@ def test_aggregate_writes_every_row_of_a_reused_output(pool_on: OutputPool) -> N
 
 
 def test_reuse_is_off_under_the_environment_variable() -> None:
-    code = "from distgnn.output_pool import POOL; print(POOL.enabled)"
+    code = "from distgnn.kernels.output_pool import POOL; print(POOL.enabled)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "DISTGNN_REUSE_OUTPUTS": "0"}).stdout
     assert out.strip() == "False"
@@ -114,9 +114,9 @@ def test_reuse_is_off_under_the_environment_variable() -> None:
 def test_attention_and_dropout_write_every_row_of_a_reused_output(pool_on: OutputPool) -> None:
     """The other kernels drawing from the pool (attention's q and its gradient in z, dropout
     forward and backward) leave nothing of a reused block's old contents either."""
-    from distgnn.attention import local_attention
-    from distgnn.ops_reference import dropout as dropout_reference
-    from distgnn.ops_reference import local_attention as attention_reference
+    from distgnn.kernels.attention import local_attention
+    from ops_reference import dropout as dropout_reference
+    from ops_reference import local_attention as attention_reference
 
     rng = np.random.default_rng(1)
     n, H, D = 4000, 4, 80                               # q and z: 5.1 MB, pooled

@@ -60,7 +60,7 @@ def test_building_the_cli_does_not_initialise_mpi() -> None:
     import sys
 
     code = ("import sys, distgnn.cli as c; c.build_parser(); import distgnn.train.trainer, "
-            "distgnn.launch, distgnn.train.memory_estimate, distgnn.report; "
+            "distgnn.launch, distgnn.scaling.rank_memory, distgnn.report; "
             "print('mpi4py.MPI' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -12,7 +12,7 @@ import zarr
 
 from distgnn.data.graph_store import GraphStore
 from distgnn.partition.assign import assign_graph
-from distgnn.partition.build import build_all
+from distgnn.partition.part_writer import build_all
 from distgnn.partition.layout import MASKS, METHODS
 from distgnn.partition.verify import verify_partition
 from distgnn.partition.vertex_order import VERTEX_ORDERS, local_degree
@@ -305,7 +305,7 @@ def test_relabel_csr_is_what_a_one_part_build_stores(stores, tmp_path):
 def test_rows_through_the_scratch_file_and_streamed_agree(stores, tmp_path, monkeypatch, order):
     """A block with more runs of ascending ids than MAX_STREAMED_RUNS goes through a scratch file:
     the same part bytes as streaming it run by run, and no scratch file left behind."""
-    from distgnn.partition import build as build_mod
+    from distgnn.partition import part_writer as build_mod
 
     streamed = partition(stores["powerlaw"], tmp_path / "streamed", 3, "libra", order=order)
     monkeypatch.setattr(build_mod, "MAX_STREAMED_RUNS", 0)

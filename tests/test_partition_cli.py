@@ -9,7 +9,7 @@ import pytest
 import zarr
 
 from distgnn import cli
-from distgnn.partition import build as build_mod
+from distgnn.partition import part_writer as build_mod
 from partition_helpers import make_store
 
 

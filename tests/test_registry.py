@@ -5,6 +5,7 @@ without any other file changing."""
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from dataclasses import fields
@@ -38,13 +39,14 @@ def test_schema_cli_and_registry_name_the_same_models() -> None:
     from distgnn.cli import build_parser
     from distgnn.models import registry
     from distgnn.train.config import TrainConfig
-    from distgnn.vocabulary import AGGREGATORS, MODELS
+    from distgnn.vocabulary import AGGREGATORS
+    from distgnn.workflow_config import registry_mismatch
 
-    assert registry.names() == MODELS
+    MODELS = registry.BUILT_IN
     schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
     train = schema["properties"]["train"]["properties"]
-    assert tuple(train["model"]["enum"]) == MODELS
-    assert train["model"]["default"] == TrainConfig.model == MODELS[0]
+    assert registry_mismatch(schema) is None   # the one check of the schema's enums
+    assert train["model"]["default"] == TrainConfig.model == registry.DEFAULT_MODEL == MODELS[0]
     assert tuple(train["aggregator"]["enum"]) == AGGREGATORS
     parser = build_parser()
     for path in (("train",), ("launch",), ("scaling-model", "predict"),
@@ -94,12 +96,19 @@ def _toy_builder(in_dim: int, hidden: int, out_dim: int, layers: int, dropout: f
     return Toy()
 
 
+def toy_spec():
+    """The toy model's registry entry: no input cache, no layer stack of the built-in kind."""
+    from distgnn.models import registry
+
+    return registry.ModelSpec("toy", "a test's model", _toy_builder, norm="mean", input_cache=False,
+                              recomputes=False)
+
+
 @pytest.fixture
 def toy():
     from distgnn.models import registry
 
-    spec = registry.register(registry.ModelSpec("toy", "a test's model", _toy_builder, norm="mean",
-                                                 input_cache=False))
+    spec = registry.register(toy_spec())
     yield spec
     registry.unregister("toy")
     assert "toy" not in registry.names()
@@ -117,8 +126,8 @@ def test_a_model_registered_outside_the_package_runs_through_every_check(toy) ->
     from distgnn.models import build_model
     from distgnn.scaling.costs import GraphShape, ModelShape
     from distgnn.train.config import TrainConfig, check_config
-    from distgnn.train.memory_estimate import PartShape, estimate_shape, layer_widths
-    from distgnn.vocabulary import run_name
+    from distgnn.scaling.rank_memory import PartShape, estimate_shape, layer_widths
+    from distgnn.models.registry import run_name
 
     assert check_config(TrainConfig(model="toy", algo="cd-2")).delay == 2
     with pytest.raises(DistgnnError, match="--heads is an option of --model gat, not of --model toy"):
@@ -146,6 +155,51 @@ def test_a_model_registered_outside_the_package_runs_through_every_check(toy) ->
     assert model(x, lambda layer, h: h).shape == (4, 7)
 
 
+@pytest.mark.mpi
+def test_a_registered_model_trains_estimated_and_costed(tmp_path: Path) -> None:
+    """The toy model of this file, registered here alone, trains through ``distgnn train`` under
+    mpiexec (this file is the script: it registers the model and runs the CLI), with the memory
+    check on, under cd-0 and the default cd-r; the run records it, and ``scaling-model
+    estimate-memory`` and ``predict`` take it too."""
+    from conftest import mpiexec, run_cli
+    from distgnn.data.fetch import fetch
+
+    graph = fetch("synth-reddit", root=tmp_path, scale=0.005, name="g")
+    parts = tmp_path / "libra-2"
+    assert run_cli("partition", graph, "--parts", "2", "--out", parts, "--quiet").returncode == 0
+    common = ["--model", "toy", "--epochs", "3", "--threads", "1", "--hidden", "16", "--quiet"]
+    argv = [["train", str(parts), "--out", str(tmp_path / algo), "--algo", algo, *common]
+            for algo in ("cd-0", "cd-2")]
+    argv.append(["scaling-model", "estimate-memory", str(parts), "--model", "toy", "--layers", "2",
+                 "--hidden", "16", "--json"])
+    argv.append(["scaling-model", "predict", "--calibration", str(REPO / "docs" / "scale-calibration.json"),
+                 "--model", "toy", "--layers", "2", "--hidden", "16", "--parts", "1", "4", "--json"])
+    proc = mpiexec(2, __file__, json.dumps(argv), module=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for algo in ("cd-0", "cd-2"):
+        summary = json.loads((tmp_path / algo / "summary.json").read_text())
+        assert summary["hyperparameters"]["model"] == "toy" and summary["epochs"] == 3, algo
+    # the toy model is no layer stack of the registry's kind: cd-r at the root does not recompute
+    assert summary["hyperparameters"]["recompute_budget"] is None
+    printed, at = [], proc.stdout.find("[")   # every rank prints each command's rows
+    while at >= 0:
+        rows, end = json.JSONDecoder().raw_decode(proc.stdout, at)
+        printed.append(rows)
+        at = proc.stdout.find("[", end)
+    estimates = next(rows for rows in printed if "estimate_bytes" in rows[0])
+    assert len(estimates) == 2 and all(row["estimate_bytes"] > 0 for row in estimates)
+    predictions = [row for row in next(rows for rows in printed if "algo" in rows[0])
+                   if row["algo"] == "cd-5"]
+    assert [row["P"] for row in predictions] == [1, 4] and predictions[1]["epoch_s"] > 0
+
+
+def test_the_schema_check_names_a_list_that_differs() -> None:
+    from distgnn.workflow_config import registry_mismatch
+
+    schema = {"properties": {"train": {"properties": {"model": {"enum": ["sage", "gcn"]}}}}}
+    assert "train.model lists sage, gcn; distgnn registers sage, gcn, gin, gat" in registry_mismatch(schema)
+
+
 def test_registration_refusals(toy) -> None:
     from distgnn.errors import DistgnnError
     from distgnn.models import registry
@@ -163,3 +217,14 @@ def test_registration_refusals(toy) -> None:
         registry.unregister("gcn")
     with pytest.raises(DistgnnError, match="--model must be one of sage, gcn, gin, gat, toy"):
         registry.spec("nope")
+
+
+if __name__ == "__main__":  # under mpiexec: register the toy model, then run each distgnn command
+    from distgnn.cli import main
+    from distgnn.models import registry
+
+    registry.register(toy_spec())
+    for command in json.loads(sys.argv[1]):
+        status = main(command)
+        if status:
+            sys.exit(status)

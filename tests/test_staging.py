@@ -14,7 +14,7 @@ import zarr
 
 from conftest import partitioned_twin, run_cli
 from distgnn.errors import DistgnnError
-from distgnn.train.partition_data import load_partition
+from distgnn.partition.part_loader import load_partition
 from distgnn.train.staging import PREFIX, stage_part, unstage
 from test_reliability import mounted_tmpfs
 

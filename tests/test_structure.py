@@ -1,6 +1,7 @@
-"""The package's structure (docs/design.md#exchange-architecture): no import cycle between
-distgnn's modules, no private name imported across modules, and the two aggregation modes
-implementing the one protocol the trainer uses."""
+"""The package's structure (docs/design.md#architecture): its floors, each module importing only
+from its own floor and those below; no import cycle between distgnn's modules; no private name
+imported across modules; and the two aggregation modes implementing the one protocol the trainer
+uses (docs/design.md#exchange-architecture)."""
 from __future__ import annotations
 
 import ast
@@ -89,6 +90,73 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+#: The floors, bottom first (docs/design.md#architecture): a module belongs to the floor of the
+#: longest prefix listed, and imports only from its own floor and those below. The package's own
+#: ``__init__`` (its lazy ``distgnn.train_model``) sits on the top floor with the commands.
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("base", ("distgnn.errors", "distgnn.vocabulary", "distgnn.options", "distgnn.atomic",
+              "distgnn.progress", "distgnn.zarr_io", "distgnn.memory", "distgnn.preflight",
+              "distgnn.compat", "distgnn.timers")),
+    ("kernels", ("distgnn.kernels",)),
+    ("comm", ("distgnn.comm",)),
+    ("stores", ("distgnn.data", "distgnn.partition")),
+    ("exchange", ("distgnn.exchange",)),
+    ("models", ("distgnn.models",)),
+    ("estimates", ("distgnn.scaling",)),
+    ("train", ("distgnn.train",)),
+    ("commands", ("distgnn.launch", "distgnn.report", "distgnn.commands", "distgnn.cli",
+                  "distgnn.api", "distgnn.workflow_config", "distgnn.__main__", "distgnn")),
+)
+
+
+def floor_of(name: str) -> int | None:
+    """The index in :data:`FLOORS` of module ``name`` (None: on no floor)."""
+    best: tuple[int, int] | None = None
+    for index, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if name == prefix or name.startswith(prefix + "."):
+                if best is None or len(prefix) > best[0]:
+                    best = (len(prefix), index)
+    return None if best is None else best[1]
+
+
+def floor_edges() -> dict[str, set[str]]:
+    """:func:`edges` without the compiled module (``from distgnn import _native`` is the kernels'
+    own library, not the package's top floor)."""
+    graph: dict[str, set[str]] = {name: set() for name in MODULES}
+    for name, path in MODULES.items():
+        for target, names in imports(path):
+            if target not in MODULES:
+                continue
+            kept = [n for n in names if n not in EXTENSIONS]
+            subs = [f"{target}.{n}" for n in kept if f"{target}.{n}" in MODULES]
+            graph[name].update(subs)
+            if len(subs) < len(kept) or not names:   # names of the package's namespace, or `import`
+                graph[name].add(target)
+    return graph
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a module on a higher floor, as ``a (floor) -> b (floor)``."""
+    return sorted(f"{a} ({FLOORS[floor_of(a)][0]}) -> {b} ({FLOORS[floor_of(b)][0]})"
+                  for a, targets in graph.items() for b in targets
+                  if floor_of(b) > floor_of(a))
+
+
+def test_every_module_is_on_a_floor() -> None:
+    assert [name for name in MODULES if floor_of(name) is None] == []
+
+
+def test_no_module_imports_a_higher_floor() -> None:
+    assert upward(floor_edges()) == []
+
+
+def test_the_floor_check_finds_an_upward_import() -> None:
+    graph = {name: set() for name in MODULES}
+    graph["distgnn.exchange.root"] = {"distgnn.train.config"}
+    assert upward(graph) == ["distgnn.exchange.root (exchange) -> distgnn.train.config (train)"]
 
 
 def package_of(name: str) -> str:

@@ -1,4 +1,4 @@
-"""Source tiling chosen by measurement (distgnn/tiling.py): which tile counts are tried, that the
+"""Source tiling chosen by measurement (distgnn/kernels/tiling.py): which tile counts are tried, that the
 trial calls are real calls with correct results, that the fastest is kept, and the refusals."""
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import sys
 import pytest
 import torch
 
-from distgnn import ops, ops_reference as ref, tiling
+from distgnn.kernels import ops, tiling
+import ops_reference as ref
 from distgnn.errors import DistgnnError
 
 MIB = 1 << 20
@@ -86,7 +87,7 @@ def test_bad_environment_value_is_one_line_from_the_cli() -> None:
                           env=env, capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and tiling.MODE_ENV in proc.stderr
     env[tiling.MODE_ENV] = "3"
-    proc = subprocess.run([sys.executable, "-c", "from distgnn import ops, tiling; print(tiling.mode())"],
+    proc = subprocess.run([sys.executable, "-c", "from distgnn.kernels import ops, tiling; print(tiling.mode())"],
                           env=env, capture_output=True, text=True)
     assert proc.stdout.strip() == "3"
 
@@ -165,7 +166,7 @@ def test_train_measures_tiles_and_reports_them(tmp_path) -> None:
     assert run_cli("partition", graph, "--parts", "1", "--out", parts, "--quiet").returncode == 0
     args = ["train", str(parts), "--epochs", "8", "--hidden", "16", "--eval-every", "0",
             "--threads", "1", "--quiet"]
-    lowered = ("from distgnn import tiling; tiling.MIN_TABLE_BYTES = 16 << 10; "
+    lowered = ("from distgnn.kernels import tiling; tiling.MIN_TABLE_BYTES = 16 << 10; "
                "tiling.TILE_BYTES = (64 << 10, 32 << 10); tiling.EDGES_PER_OUTPUT_PASS = 1; "
                "from distgnn.cli import main; import sys; sys.exit(main(sys.argv[1:]))")
     proc = subprocess.run([sys.executable, "-c", lowered, *args, "--out", str(tmp_path / "auto")],

@@ -485,7 +485,7 @@ def test_resume_reads_checkpoints_with_tables_over_local_ids(graph, tmp_path: Pa
     first rule's leaf rows are delivered copies (the default rule recomputes them every step, so
     a misread table would not show)."""
     from distgnn.exchange.compact import compact_rows
-    from distgnn.train.partition_data import load_partition
+    from distgnn.partition.part_loader import load_partition
 
     parts, folder = 2, tmp_path / "random-2"
     proc = run_cli("partition", graph, "--parts", parts, "--method", "random", "--out", folder,
@@ -521,7 +521,7 @@ def test_apply_refusals_and_old_layout(partitions, tmp_path: Path) -> None:
     for algo, extra in (("0c", ["--apply", "root"]), ("cd-3-orig", ["--apply", "root"]),
                         ("cd-0", ["--delayed-gradients"]), ("cd-3", ["--delayed-gradients", "--apply", "replicas"]),
                         ("cd-0", ["--fresh-copies"]), ("cd-3", ["--fresh-copies", "--apply", "replicas"]),
-                        ("cd-0", ["--cdr-rule", "warm"]), ("cd-3", ["--cdr-rule", "input", "--apply", "replicas"])):
+                        ("cd-0", ["--cdr-rule", "delayed"]), ("cd-3", ["--cdr-rule", "delayed", "--apply", "replicas"])):
         proc = run_cli("train", partitions[1], "--algo", algo, *extra, "--out", tmp_path / "r")
         lines = [l for l in proc.stderr.splitlines() if l.strip()]
         words = ("DistGNN's scheme" if "root" in extra else f"{extra[0]}: only for cd-<r>")

@@ -163,7 +163,7 @@ def test_model_names_the_run_folders_and_reaches_the_train_command(tmp_path):
 @pytest.mark.slow
 def test_apply_names_the_run_folders_and_reaches_the_train_command(tmp_path):
     """train.apply: replicas gives <algo>-replicas folders where it is not the default (cd-0, cd-2)
-    and plain ones where it is (0c); delayed_gradients: false, fresh_copies: true and cdr_rule: warm reach cd-r's command only; root with 0c
+    and plain ones where it is (0c); delayed_gradients: false, fresh_copies: true and cdr_rule: delayed reach cd-r's command only; root with 0c
     is refused at load time, naming the config keys."""
     wd = workdir(tmp_path / "a", tiny(train={"algos": ["cd-0", "cd-2", "0c"], "apply": "replicas"}))
     proc = snakemake("-n", "-p", cwd=wd)
@@ -172,13 +172,13 @@ def test_apply_names_the_run_folders_and_reaches_the_train_command(tmp_path):
     assert "/0c/summary.json" in proc.stdout and "0c-replicas" not in proc.stdout
     assert "--algo cd-0 " in proc.stdout and "--apply replicas" in proc.stdout
     wd = workdir(tmp_path / "b", tiny(train={"algos": ["cd-0", "cd-2"], "delayed_gradients": False,
-                                             "fresh_copies": True, "cdr_rule": "warm"}))
+                                             "fresh_copies": True, "cdr_rule": "delayed"}))
     proc = snakemake("-n", "-p", cwd=wd)
     assert proc.returncode == 0, proc.stderr
     commands = [l for l in proc.stdout.splitlines() if "distgnn launch" in l]
     assert commands and all(("--no-delayed-gradients" in l) == ("--algo cd-2" in l) for l in commands)
     assert all(("--fresh-copies" in l) == ("--algo cd-2" in l) for l in commands)
-    assert all(("--cdr-rule warm" in l) == ("--algo cd-2" in l) for l in commands)
+    assert all(("--cdr-rule delayed" in l) == ("--algo cd-2" in l) for l in commands)
     wd = workdir(tmp_path / "c", tiny(train={"algos": ["cd-0", "0c"], "apply": "root"}))
     proc = snakemake("-n", "-p", cwd=wd)
     out = proc.stdout + proc.stderr

@@ -47,19 +47,17 @@ def rank_estimates(args: argparse.Namespace) -> list:
     """Each rank's memory estimate of the run ``args`` describe (from the partition attributes)."""
     from distgnn.commands.train import config_from_args
     from distgnn.models import registry
-    from distgnn.train.memory_estimate import estimate_run_memory
+    from distgnn.scaling.rank_memory import estimate_run_memory
 
-    recompute = config_from_args(args).recompute_rows_per_root() or 0.0
-    return estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo,
-                               input_cache=not args.no_input_cache, apply=args.apply,
-                               model=args.model, recompute=recompute,
+    exchange = config_from_args(args).exchange_spec()   # what the trainer checks (context.py)
+    return estimate_run_memory(args.partdir, args.layers, args.hidden, exchange, model=args.model,
                                **registry.shape_spec(args.model).option_values(args))
 
 
 def check_local_memory(args: argparse.Namespace) -> None:
     """Refuse before submitting a local run whose ranks together would not fit in what this
     machine lets them use (the trainer checks again on every machine it lands on)."""
-    from distgnn.train.memory_estimate import fits, memory_budget
+    from distgnn.scaling.rank_memory import fits, memory_budget
 
     available, source = memory_budget()
     if not available:
@@ -75,7 +73,7 @@ def check_preset_memory(args: argparse.Namespace, preset: dict, preset_name: str
     """Refuse before submitting a Slurm job whose ranks on one node would need more than the
     preset's ``mem_gb`` (the job's --mem: Slurm kills a rank that passes it). Ranks fill nodes
     in order, ``ranks_per_node`` each (srun's block distribution)."""
-    from distgnn.train.memory_estimate import fits
+    from distgnn.scaling.rank_memory import fits
 
     if preset.get("mem_gb") is None:
         return

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         raise DistgnnError(f"partition {stage}: missing {'DIR' if stage == 'build' else 'GRAPH.zarr'}")
     start = time.perf_counter()
     if stage == "build":
-        from distgnn.partition.build import build_part
+        from distgnn.partition.part_writer import build_part
 
         if args.part is None:
             raise DistgnnError("partition build: --part K is required")
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if args.parts is None:
         raise DistgnnError("--parts: required (number of partitions)")
     from distgnn.partition.assign import assign_graph
-    from distgnn.partition.build import build_all
+    from distgnn.partition.part_writer import build_all
 
     out = Path(args.out or default_out(Path(path), args.method, args.parts))
     new_folders = _missing_folders(out)

@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--edges", type=int)
     pr.add_argument("--feat", type=int)
     pr.add_argument("--classes", type=int)
-    pr.add_argument("--model", choices=registry.names(), default="sage",
+    pr.add_argument("--model", choices=registry.names(), default=registry.DEFAULT_MODEL,
                     help="as distgnn train --model: its widths and dense work (default: %(default)s)")
     pr.add_argument("--layers", type=int, default=3)
     pr.add_argument("--hidden", type=int, default=256)
@@ -73,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.set_defaults(func=run_predict)
     me = verbs.add_parser("estimate-memory", help="per-rank memory estimate of a run")
     me.add_argument("partdir")
-    me.add_argument("--model", choices=registry.names(), default="sage",
+    me.add_argument("--model", choices=registry.names(), default=registry.DEFAULT_MODEL,
                     help="as distgnn train --model (default: %(default)s)")
     me.add_argument("--layers", type=int, default=3)
     me.add_argument("--hidden", type=int, default=256)
@@ -81,6 +81,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     me.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
     me.add_argument("--apply", choices=APPLY_MODES, default="auto",
                     help="as distgnn train --apply")
+    me.add_argument("--fresh-copies", action="store_true", help="as distgnn train --fresh-copies")
+    me.add_argument("--cdr-rule", default=None, metavar="RULE",
+                    help="as distgnn train --cdr-rule (default: the train default)")
+    me.add_argument("--recompute-budget", type=float, default=None, metavar="B",
+                    help="as distgnn train --recompute-budget")
+    me.add_argument("--measure-baseline", action="store_true",
+                    help="measure the interpreter's baseline here instead of the calibrated one")
     me.add_argument("--part", type=int, metavar="K",
                     help="estimate part K alone (default: every part)")
     me.add_argument("--json", action="store_true", help="print rows as JSON")
@@ -110,7 +117,7 @@ def _papers_law(path: str | Path):
 
 def run_predict(args: argparse.Namespace) -> int:
     from distgnn.scaling.costs import GraphShape, ModelShape
-    from distgnn.train.cdr_rules import DEFAULT_RULE, parse_cdr_rule
+    from distgnn.exchange.rules import FIRST_RULE, rule_class
     from distgnn.scaling.model import speedup_table
     from distgnn.scaling.network import NetworkModel
 
@@ -138,10 +145,10 @@ def run_predict(args: argparse.Namespace) -> int:
     if min(args.parts) < 1:
         raise DistgnnError("--parts: every P must be >= 1")
     if args.cdr_rule is not None:
-        parse_cdr_rule(args.cdr_rule)
+        rule_class(args.cdr_rule)
     rows = speedup_table(graph, ModelShape(args.layers, args.hidden, not args.no_input_cache, args.model), costs.scaled(args.compute_speedup),
                          law, net, args.algos, sorted(args.parts), args.ranks_per_node, args.apply,
-                         args.fresh_copies, args.cdr_rule or DEFAULT_RULE, args.recompute_budget)
+                         args.fresh_copies, args.cdr_rule or default_rule(), args.recompute_budget)
     if args.json:
         print(json.dumps(rows))
         return 0
@@ -149,9 +156,29 @@ def run_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def default_rule() -> str:
+    """The rule ``distgnn train`` runs without ``--cdr-rule``."""
+    from distgnn.exchange.rules import DEFAULT_RULE
+
+    return DEFAULT_RULE
+
+
+def exchange_from_args(args: argparse.Namespace):
+    """The exchange spec of estimate-memory's run, as ``distgnn train`` with the same options
+    resolves it (options that do not apply to ``--algo`` refused in one line)."""
+    from distgnn.exchange.spec import resolve_exchange
+
+    spec = registry.spec(args.model)
+    return resolve_exchange(args.algo, args.apply, fresh_copies=args.fresh_copies,
+                            rule=args.cdr_rule or default_rule(),
+                            recompute_budget=args.recompute_budget,
+                            input_cache=not args.no_input_cache, layers=args.layers,
+                            layer_stack=spec.recomputes, attention=spec.attention)
+
+
 def row_label(row: dict) -> str:
     """The algorithm of a prediction row as ``distgnn train`` spells it (``cd-5 --fresh-copies``)."""
-    from distgnn.train.cdr_rules import DEFAULT_RECOMPUTE_BUDGET, DEFAULT_RULE
+    from distgnn.exchange.rules import DEFAULT_RECOMPUTE_BUDGET, DEFAULT_RULE
 
     label = row["algo"] + (" --fresh-copies" if row.get("fresh_copies") else "")
     if row.get("rule") not in (None, DEFAULT_RULE):
@@ -180,10 +207,14 @@ def memory_rows(args: argparse.Namespace) -> list[dict]:
     import zarr
 
     from distgnn.partition import layout
-    from distgnn.partition.build import open_assignment
-    from distgnn.train.memory_estimate import assignment_part_shapes, estimate_shape
+    from distgnn.partition.readers import open_assignment
+    from distgnn.scaling.rank_memory import assignment_part_shapes, estimate_shape
     from distgnn.zarr_io import store_bytes
 
+    from distgnn.scaling.rank_memory import DEFAULT_BASELINE_BYTES, measure_baseline
+
+    exchange = exchange_from_args(args)
+    baseline = measure_baseline() if args.measure_baseline else DEFAULT_BASELINE_BYTES
     folder = Path(args.partdir)
     shapes = assignment_part_shapes(folder)
     checksum = open_assignment(folder)[1]["checksum"]
@@ -196,8 +227,7 @@ def memory_rows(args: argparse.Namespace) -> list[dict]:
         if path.exists():
             attrs = dict(zarr.open_group(str(path), mode="r").attrs)
             built = "yes" if attrs.get("assignment_checksum") == checksum else "stale"
-        estimate = estimate_shape(shape, args.layers, args.hidden, args.algo, k,
-                                  input_cache=not args.no_input_cache, apply=args.apply,
+        estimate = estimate_shape(shape, args.layers, args.hidden, exchange, k, baseline,
                                   model=args.model)
         rows.append({"part": k, "vertices": shape.n, "edges": shape.m, "roots": shape.num_roots,
                      "split": shape.num_split, "estimate_bytes": estimate.total, "built": built,

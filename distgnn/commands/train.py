@@ -17,7 +17,7 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
     from distgnn.options import add_threads_option
     from distgnn.train.config import TrainConfig
     from distgnn.vocabulary import APPLY_MODES, PRECISIONS
-    from distgnn.train.cdr_rules import DEFAULT_RECOMPUTE_BUDGET, RULES
+    from distgnn.exchange.rules import DEFAULT_RECOMPUTE_BUDGET, rule_names, rules_help
 
     d = TrainConfig()
     p.add_argument("--algo", default=d.algo,
@@ -69,18 +69,9 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                    help="cd-<r> under --apply root: the roots send their rows to the leaves every "
                         "epoch, exact with their adjoint, and only the leaves' partials are delayed: "
                         "more accurate, more forward bytes (docs/design.md#fresh-copies)")
-    p.add_argument("--cdr-rule", choices=tuple(RULES), default=None,
-                   help="cd-<r> under --apply root: recompute (layer 0 trains on the exact "
-                        "aggregate of the stored features, computed once, and the leaves compute "
-                        "layer 1's source rows themselves: no copies move for them; "
-                        "--recompute-budget bounds the added dense work), warm-recompute, "
-                        "delayed (the first rule, the default until 2026-12-03: copies and remote "
-                        "parts zero until their first delivery, copies r to 2r - 1 epochs old), "
-                        "warm (the first r epochs run cd-0's exchange and keep what it "
-                        "delivered), input (layer 0 on the input cache, as cd-0), warm-input "
-                        "(both), present (until every row has arrived, scale each aggregate to "
-                        "the rows present), present-input (default: " + d.cdr_rule
-                        + "; docs/design.md#cdr-rules)")
+    p.add_argument("--cdr-rule", choices=rule_names(), default=None,
+                   help="cd-<r> under --apply root, the delayed-update rule: " + rules_help()
+                        + " (default: " + d.cdr_rule + "; docs/design.md#cdr-rules)")
     p.add_argument("--recompute-budget", type=float, default=None, metavar="B",
                    help="with a --cdr-rule that recomputes: at most B leaf rows per root "
                         "recompute layer 1's input (those with the most local out-edges; the "

@@ -15,14 +15,14 @@ from typing import Any
 
 import torch
 
-from distgnn.attention import local_attention, merge
+from distgnn.kernels.attention import local_attention, merge
 from distgnn.comm import Direction, RowPlan, Traffic
 from distgnn.errors import DistgnnError
 from distgnn.exchange.collectives import Broadcast
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.plans import RootPlans, broadcast_to
 from distgnn.exchange.schedule import DelayedSchedule
-from distgnn.train.partition_data import PartitionData
+from distgnn.partition.part_loader import PartitionData
 
 CHANNELS = ("sources", "destinations", "partials", "sources_grad", "destinations_grad",
             "partials_grad")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from distgnn.attention import local_attention, merge
+from distgnn.kernels.attention import local_attention, merge
 from distgnn.comm import Communicator, RowPlan, Traffic
 from distgnn.exchange.collectives import Broadcast, GatherAtRoot
 from distgnn.exchange.plans import RootPlans
-from distgnn.train.partition_data import PartitionData
-from distgnn.train.timers import Timers
+from distgnn.partition.part_loader import PartitionData
+from distgnn.timers import Timers
 
 
 def exact_attention(part: PartitionData, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
@@ -41,7 +41,7 @@ def merge_at_roots(m: torch.Tensor, s: torch.Tensor, q: torch.Tensor, n_roots: i
                    kind: Traffic) -> torch.Tensor:
     """The roots' attention output [n_roots, H, D] from every local row's partials (m, s
     [n_k, H], q [n_k, H, D]): the leaves of ``leaf_plan`` send theirs (2H + H D values a row) to
-    their roots, which merge them with their own (:func:`distgnn.attention.merge`)."""
+    their roots, which merge them with their own (:func:`distgnn.kernels.attention.merge`)."""
     n_local, H, D = q.shape
     got = GatherAtRoot.apply(torch.cat([m, s, q.reshape(n_local, H * D)], 1), leaf_plan,
                              root_plan, comm, timers, kind)

@@ -12,8 +12,8 @@ import torch
 
 from distgnn.comm import Communicator, Direction, RowPlan, Traffic
 from distgnn.exchange.plans import RootPlans
-from distgnn.train.partition_data import PartitionData
-from distgnn.train.timers import Timers
+from distgnn.partition.part_loader import PartitionData
+from distgnn.timers import Timers
 
 
 def training_direction(kind: Traffic, direction: Direction) -> Direction | None:

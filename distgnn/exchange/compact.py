@@ -19,7 +19,7 @@ import torch
 from distgnn.exchange.local_sum import KernelGraph
 from distgnn.exchange.norms import KernelWeights
 from distgnn.exchange.plans import RootPlans
-from distgnn.train.partition_data import PartitionData
+from distgnn.partition.part_loader import PartitionData
 
 
 def positions(ids: torch.Tensor, n: int) -> torch.Tensor:

@@ -22,9 +22,9 @@ from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.schedule import DelayedSchedule
 
-#: the messages of one summed layer: forward rows, the gradients of each, and (``--cdr-rule
-#: present``) the masses of the present rows that travel with the partials
-CHANNELS = ("copies", "partials", "partials_grad", "copies_grad", "counts")
+#: the messages of one summed layer: forward rows and the gradients of each (a rule may post on
+#: channels of its own: a mailbox opens a channel at its first message)
+CHANNELS = ("copies", "partials", "partials_grad", "copies_grad")
 
 
 @dataclass
@@ -38,24 +38,20 @@ class DelayedSumState:
     table: torch.Tensor | None = None
     remote: torch.Tensor | None = None    #: R, float [n_roots, w]: leaves' last delivered partials
     mailbox: Mailbox = field(default_factory=lambda: Mailbox(CHANNELS))
-    #: ``--cdr-rule present`` only (else None): float [n_src, 1], 1 for a row the kernel reads as
-    #: present (roots; leaf copies once delivered), and C, float [n_roots, 1], the leaves'
-    #: delivered masses (:mod:`distgnn.exchange.present`)
-    present: torch.Tensor | None = None
-    counts: torch.Tensor | None = None
+    #: the rule's own tensors for this layer, by name (:mod:`distgnn.exchange.rules`; saved in
+    #: checkpoints beside the fields above)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def state_dict(self) -> dict[str, Any]:
-        out = {"step": self.step, "table": self.table, "remote": self.remote,
-               "mailbox": self.mailbox.state_dict()}
-        if self.present is not None:
-            out.update(present=self.present, counts=self.counts)
-        return out
+        return {"step": self.step, "table": self.table, "remote": self.remote,
+                "mailbox": self.mailbox.state_dict(), **self.extra}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "DelayedSumState":
-        mailbox = Mailbox.from_state({"counts": {}, **state["mailbox"]})
+        own = ("step", "table", "remote", "mailbox")
         return cls(step=state["step"], table=state["table"], remote=state["remote"],
-                   mailbox=mailbox, present=state.get("present"), counts=state.get("counts"))
+                   mailbox=Mailbox.from_state(state["mailbox"]),
+                   extra={k: v for k, v in state.items() if k not in own})
 
 
 class DelayedReduceGrad(torch.autograd.Function):

@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 import torch
 
-from distgnn import ops
+from distgnn.kernels import ops
 from distgnn.exchange.norms import KernelWeights
-from distgnn.train.partition_data import PartitionData
-from distgnn.train.timers import Timers
+from distgnn.partition.part_loader import PartitionData
+from distgnn.timers import Timers
 
 
 @dataclass(frozen=True)

@@ -38,14 +38,14 @@ class Mailbox:
 
     def post(self, channel: str, step: int, message: Message) -> None:
         """Keep ``message``, posted at ``step``, until it is taken."""
-        self._slots[channel][step] = message
+        self._slots.setdefault(channel, {})[step] = message
 
     def take(self, channel: str, step: int) -> torch.Tensor:
         """The rows of the message posted at ``step`` (waits for it); it leaves the mailbox."""
         return self._slots[channel].pop(step).wait()
 
     def holds(self, channel: str, step: int) -> bool:
-        return step in self._slots[channel]
+        return step in self._slots.get(channel, {})
 
     def drain(self) -> None:
         """Wait for every message in flight, keeping its rows as :class:`Received`."""

@@ -1,6 +1,6 @@
 """Degree scaling of aggregates: which weights the local kernel applies, and the scaling of a sum.
 
-``norm`` is one of :data:`distgnn.ops.NORMS`: ``mean`` divides by the in-degree, ``gcn`` adds the
+``norm`` is one of :data:`distgnn.kernels.ops.NORMS`: ``mean`` divides by the in-degree, ``gcn`` adds the
 vertex's own row once, ``(a + h_v) / (deg + 1)``; ``sym`` (GCN) weights each gathered row by its
 source's (out-degree + 1)^-1/2 inside the kernel, adds the own row so weighted and scales by
 (deg + 1)^-1/2; ``sum`` (GIN) does not scale. Where the degree is final before the exchange (cd-0,
@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from distgnn import ops
+from distgnn.kernels import ops
 from distgnn.comm import Communicator, Traffic
 from distgnn.exchange.collectives import reduce_broadcast
-from distgnn.train.partition_data import PartitionData
-from distgnn.train.timers import Timers
+from distgnn.partition.part_loader import PartitionData
+from distgnn.timers import Timers
 
 
 def check_norm(norm: str) -> None:

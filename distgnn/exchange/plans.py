@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from distgnn.comm import Communicator, RowPlan, Traffic
-from distgnn.train.partition_data import PartitionData
+from distgnn.partition.part_loader import PartitionData
 
 
 @dataclass

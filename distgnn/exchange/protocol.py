@@ -11,7 +11,7 @@ from typing import Any, Iterable, Protocol, runtime_checkable
 import torch
 
 from distgnn.exchange.mailbox import Mailbox
-from distgnn.train.timers import Timers
+from distgnn.timers import Timers
 
 
 @runtime_checkable

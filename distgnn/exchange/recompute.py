@@ -23,8 +23,8 @@ import torch
 from distgnn.comm import Communicator, Traffic
 from distgnn.exchange.collectives import Broadcast
 from distgnn.exchange.plans import RootPlans
-from distgnn.train.partition_data import PartitionData
-from distgnn.train.timers import Timers
+from distgnn.partition.part_loader import PartitionData
+from distgnn.timers import Timers
 
 #: the layer whose source rows the leaves recompute (its input is layer 0's output)
 RECOMPUTED_LAYER = 1

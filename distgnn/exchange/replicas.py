@@ -39,7 +39,7 @@ from typing import Any, Iterable
 
 import torch
 
-from distgnn.attention import local_attention
+from distgnn.kernels.attention import local_attention
 from distgnn.comm import Communicator, Direction, Traffic
 from distgnn.exchange.attention_exact import merge_at_roots
 from distgnn.exchange.collectives import Broadcast, ReduceBroadcast
@@ -50,8 +50,8 @@ from distgnn.exchange.norms import (check_norm, global_out_degree, kernel_weight
 from distgnn.exchange.plans import every_replica, root_bins
 from distgnn.exchange.protocol import ModeAndMessages
 from distgnn.exchange.settled import SettledLayers
-from distgnn.train.partition_data import PartitionData
-from distgnn.train.timers import Timers
+from distgnn.partition.part_loader import PartitionData
+from distgnn.timers import Timers
 from distgnn.vocabulary import Algorithm
 
 CHANNELS = ("to_root", "to_leaf")
@@ -80,7 +80,7 @@ class ReplicaAggregation(ModeAndMessages):
     """The :class:`~distgnn.exchange.protocol.Aggregation` of the replicas mode: local kernel,
     exchange, degree scaling (inside the kernel where the degree is final: cd-0, 0c, evaluation).
 
-    ``norm``: one of :data:`distgnn.ops.NORMS`. In training the algorithm's exchange runs; in
+    ``norm``: one of :data:`distgnn.kernels.ops.NORMS`. In training the algorithm's exchange runs; in
     evaluation the exact exchange runs on ``eval_comm``.
     """
 

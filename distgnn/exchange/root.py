@@ -23,11 +23,10 @@ reads what arrived r steps later (:mod:`distgnn.exchange.delayed_sum`;
 :mod:`distgnn.exchange.attention_delayed` for GAT). With ``fresh_copies`` (``--fresh-copies``)
 the broadcast is cd-0's and only the reduce is delayed. A constant layer (the stored features
 with the input cache on) posts its partials only at steps < r and, from step 2r on, when every
-bin's R has arrived, returns its kept aggregate (:mod:`distgnn.exchange.settled`). Under
-``--cdr-rule warm`` a summed layer's first r steps are cd-0's (:mod:`distgnn.exchange.warm`);
-under ``--cdr-rule present`` its early aggregates are scaled to the rows present
-(:mod:`distgnn.exchange.present`); under ``--cdr-rule recompute`` the leaves compute layer 1's
-source rows themselves (:mod:`distgnn.exchange.recompute`).
+bin's R has arrived, returns its kept aggregate (:mod:`distgnn.exchange.settled`). The run's
+cd-r rule (:mod:`distgnn.exchange.rules`) is an object whose hooks :meth:`RootAggregation._delayed`
+calls at fixed points of each step; under ``recompute`` the leaves compute layer 1's source rows
+themselves (:mod:`distgnn.exchange.recompute`).
 """
 from __future__ import annotations
 
@@ -45,51 +44,51 @@ from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.norms import check_norm, global_out_degree, kernel_weights
 from distgnn.exchange.plans import broadcast_to, root_plans
-from distgnn.exchange.present import DegreePresent, post_masses, take_delivered
 from distgnn.exchange.protocol import ModeAndMessages
 from distgnn.exchange.recompute import (RECOMPUTED_LAYER, choose_recomputed, copy_plans,
                                         extend_input_aggregate, recomputed_rows)
+from distgnn.exchange.rules import FIRST_RULE, CdrRule, rule_class
 from distgnn.exchange.schedule import DelayedSchedule
 from distgnn.exchange.settled import SettledLayers
-from distgnn.exchange.warm import warm_step
-from distgnn.train.partition_data import PartitionData
-from distgnn.train.timers import Timers
+from distgnn.exchange.spec import ExchangeSpec
+from distgnn.partition.part_loader import PartitionData
+from distgnn.timers import Timers
 
 
 class RootAggregation(ModeAndMessages):
     """The :class:`~distgnn.exchange.protocol.Aggregation` of apply-at-root: h [n_roots, w] ->
     [n_roots, w].
 
-    Training runs the algorithm's exchange on ``comm`` (``delay`` 0: cd-0, exact; r >= 1: cd-r);
-    evaluation the exact one on ``eval_comm``. ``stored_input_layers``: layers whose input is
-    the stored feature matrix (``h`` is then ``part.feat[:n_roots]``), aggregated from
-    ``part.feat`` without a broadcast; ``constant_layers`` (a subset): those whose input is also
-    constant in training. ``delayed_gradients`` (cd-r only): each exchange's gradient also
-    travels back, r steps late. ``fresh_copies`` (cd-r only): the broadcast is cd-0's (every
-    step, exact adjoint); only the reduce is delayed. ``warm`` (cd-r only, ``--cdr-rule warm``):
-    each summed layer's first r steps run cd-0's exchange (:func:`warm_step`). ``present``
-    (cd-r only, ``--cdr-rule present``): until every row has arrived, each root's aggregate is
-    scaled to the mass of the rows present (:class:`DegreePresent`). ``recompute`` (cd-r only,
-    ``--cdr-rule recompute``, models of two layers or more with the input cache): in training,
-    layer 0's dense work runs on :meth:`training_rows` and layer 1 receives those rows, so a
-    leaf reads its own current rows at layer 1 (:mod:`distgnn.exchange.recompute`).
+    Training runs the exchange of ``exchange`` on ``comm`` (delay 0: cd-0, exact; r >= 1: cd-r
+    under the spec's rule, delayed gradients and fresh copies); evaluation the exact one on
+    ``eval_comm``. ``exchange`` None: cd-0. ``stored_input_layers``: layers whose input is the
+    stored feature matrix (``h`` is then ``part.feat[:n_roots]``), aggregated from ``part.feat``
+    without a broadcast; ``constant_layers`` (a subset): those whose input is also constant in
+    training. ``recompute`` (cd-r only, the spec's recompute budget, models of two layers or
+    more with the input cache): in training, layer 0's dense work runs on :meth:`training_rows`
+    and layer 1 receives those rows, so a leaf reads its own current rows at layer 1
+    (:mod:`distgnn.exchange.recompute`).
     """
 
     def __init__(self, part: PartitionData, norm: str, comm: Communicator, eval_comm: Communicator,
                  timers: Timers, threads: int = 0,
-                 stored_input_layers: frozenset[int] = frozenset(), delay: int = 0,
-                 constant_layers: frozenset[int] = frozenset(), delayed_gradients: bool = False,
-                 fresh_copies: bool = False, warm: bool = False, present: bool = False,
-                 recompute: bool = False, recompute_budget: float | None = None):
+                 stored_input_layers: frozenset[int] = frozenset(),
+                 exchange: ExchangeSpec | None = None,
+                 constant_layers: frozenset[int] = frozenset(), recompute: bool = False):
+        delay = 0 if exchange is None else exchange.delay
+        delayed_gradients = exchange is not None and exchange.delayed_gradients
+        fresh_copies = exchange is not None and exchange.fresh_copies
         check_norm(norm)
         self.part, self.comm, self.eval_comm, self.timers = part, comm, eval_comm, timers
         self.training = True
         self.n_roots = self.rows = part.num_roots
         #: the stored features as the kernel gathers them (bfloat16 after gather_features_as)
-        self._feat_rows = part.feat
+        self.feat_rows = part.feat
         self.delay = delay
         self.fresh_copies = fresh_copies and delay > 0
-        self.warm = warm and delay > 0 and comm.size > 1
+        #: the cd-r rule's hooks (docs/design.md#rule-hooks); the first rule where none applies
+        self.rule: CdrRule = (exchange.rule if exchange is not None and delay > 0
+                              else rule_class(FIRST_RULE))()
         self.stored_input_layers = frozenset(stored_input_layers)
         self.settled = SettledLayers(frozenset(constant_layers) & self.stored_input_layers)
         #: one rank holding every vertex as a root (P = 1): the exchange's copies are skipped
@@ -115,16 +114,13 @@ class RootAggregation(ModeAndMessages):
             self.sum_schedule = self._in_tables(self.schedule)
             self.attention_rule = DelayedAttention(part, self.plans, self.schedule, threads,
                                                    self.fresh_copies)
-        self.present = None
-        if present and delay > 0 and comm.size > 1:
-            self.present = DegreePresent(self.kernel, self.sum_plans, eval_comm, timers,
-                                         self.n_roots)
+        self.rule.setup(self)
         #: ``--cdr-rule recompute``: the rows layer 0 runs on in training (None: the roots; local
         #: ids, and their source table rows), and layer 1's schedule, whose broadcast goes to
         #: the leaves that do not recompute
         self._recomputed = self._recomputed_in_table = self._recompute_schedule = None
         if recompute and delay > 0 and comm.size > 1:
-            chosen = choose_recomputed(part, self.plans, self.n_roots, recompute_budget)
+            chosen = choose_recomputed(part, self.plans, self.n_roots, exchange.recompute_budget)
             self._recomputed = recomputed_rows(self.plans, self.n_roots, chosen)
             self._recomputed_in_table = self.compact.src_position[self._recomputed]
             self._recompute_schedule = self._in_tables(DelayedSchedule.build(
@@ -149,7 +145,7 @@ class RootAggregation(ModeAndMessages):
         comm, kind = ((self.comm, Traffic.FORWARD) if self.training
                       else (self.eval_comm, Traffic.EVAL))
         if layer in self.stored_input_layers:
-            p = self.feature_kernel(self._feat_rows)
+            p = self.feature_kernel(self.feat_rows)
         elif self.single:  # every vertex is a root: no table to fill, no partial to reduce
             p = self.kernel(h)
         else:
@@ -199,7 +195,7 @@ class RootAggregation(ModeAndMessages):
     def gather_features_as(self, dtype: torch.dtype) -> None:
         """Gather the stored features in ``dtype`` (bfloat16 under ``--precision bf16``)."""
         if self.stored_input_layers:
-            self._feat_rows = self.part.feat.to(dtype)
+            self.feat_rows = self.part.feat.to(dtype)
 
     def mailboxes(self) -> Iterable[Mailbox]:
         yield from (state.mailbox for state in self.layers.values())
@@ -221,7 +217,8 @@ class RootAggregation(ModeAndMessages):
         if state.get("table_rows") != "sources":  # saved before compact tables: over local ids
             for s in self.layers.values():
                 s.table = None if s.table is None else self.compact.source_rows(s.table)
-                s.present = None if s.present is None else self.compact.source_rows(s.present)
+                for key in set(self.rule.table_rows) & set(s.extra):
+                    s.extra[key] = self.compact.source_rows(s.extra[key])
         if self.attention_rule is not None:
             self.attention_rule.load_state_dict(state["attention"])
 
@@ -247,18 +244,11 @@ class RootAggregation(ModeAndMessages):
                 n_src = self.kernel.graph.n_src
                 state.table = h.new_zeros((n_src, h.shape[1]))  # h's row dtype
                 self.timers.rows("zeroed", n_src)
-            if self.present is not None:
-                self.present.start(state, delayed_copies)
+            self.rule.start(self, state, delayed_copies)
         e, box = state.step, state.mailbox
-        if self.warm and e < r:
-            # a recomputed leaf's row equals its root's: cd-0's broadcast of the roots' rows
-            src = self._feat_rows if stored else Broadcast.apply(
-                h[:n_roots], self.kernel.graph.n_src, self.sum_plans, comm, self.timers,
-                Traffic.FORWARD)
-            out = warm_step(src, n_roots, self.feature_kernel if stored else self.kernel,
-                            self.sum_plans, comm, self.timers, state)
-            self.settled.offer(layer, out, True)  # R of a constant layer is final at once
-            return out
+        early = self.rule.early(self, layer, h, state, stored)
+        if early is not None:
+            return early
         bins = schedule.bin(e)
         if comm.size > 1 and e >= r:
             with self.timers("exchange_wait"):
@@ -272,18 +262,15 @@ class RootAggregation(ModeAndMessages):
                 if copies_taken:
                     state.table[bins.bcast_leaf.ids] = box.take("copies", e - r)
                     self.timers.rows("copied", len(bins.bcast_leaf.ids))
-                if self.present is not None:
-                    take_delivered(schedule, state, e, copies_taken)
+                self.rule.delivered(self, schedule, state, e, copies_taken)
         if stored:
-            p = self.feature_kernel(self._feat_rows)
+            p = self.feature_kernel(self.feat_rows)
         elif self.fresh_copies:
             p = self.kernel(Broadcast.apply(h, self.kernel.graph.n_src, self.sum_plans, comm,
                                             self.timers, Traffic.FORWARD))
         else:
             p = TableSum.apply(h, self.kernel, schedule, state, e,
                                self._recomputed_in_table if recomputed else None)
-        degree = self.present is not None and DegreePresent.active(e, r)
-        masses = self.present.masses(state) if degree else None
         if comm.size > 1:
             with self.timers("exchange_wait"):
                 if delayed_copies:  # (a recomputing layer's h has its roots first)
@@ -292,14 +279,12 @@ class RootAggregation(ModeAndMessages):
                 if not constant or e < r:
                     schedule.post(box, "partials", e, p[bins.reduce_leaf.ids], bins.reduce_leaf,
                                   bins.reduce_root, Direction.REDUCE)
-                    if degree and DegreePresent.active(e + r, r):
-                        post_masses(schedule, state, e, masses)
+                    self.rule.posted(self, schedule, state, e)
         state.step += 1
         if schedule.delayed_gradients and p.requires_grad:
             out = DelayedReduceGrad.apply(p, state.remote, schedule, state, e)
         else:
             out = p[:n_roots] + state.remote
-        if degree:
-            out = out * self.present.scale(masses, state)
+        out = self.rule.merge(self, state, e, out)
         self.settled.offer(layer, out, state.step >= 2 * r)
         return out

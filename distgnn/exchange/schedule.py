@@ -12,7 +12,7 @@ import torch
 from distgnn.comm import Communicator, Direction, RowPlan, Traffic
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.plans import RootPlans, root_bins
-from distgnn.train.timers import Timers
+from distgnn.timers import Timers
 
 
 @dataclass

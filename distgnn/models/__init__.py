@@ -10,8 +10,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from distgnn.models.registry import ModelOption, ModelSpec, build_model, register, unregister
-from distgnn.vocabulary import AGGREGATORS, MODELS, NORMS
+from distgnn.models.registry import (BUILT_IN, DEFAULT_MODEL, ModelOption, ModelSpec, build_model,
+                                     register, unregister)
+from distgnn.vocabulary import AGGREGATORS, NORMS
 
 #: the torch names this package offers, by the module that defines them (imported at first use)
 _TORCH_NAMES = {"AggregateFn": "base", "DropoutFn": "base", "LayerStack": "base",
@@ -19,7 +20,7 @@ _TORCH_NAMES = {"AggregateFn": "base", "DropoutFn": "base", "LayerStack": "base"
                 "GCNLayer": "gcn", "GIN": "gin", "GINLayer": "gin", "GraphSAGE": "sage",
                 "SAGELayer": "sage"}
 
-__all__ = ["AGGREGATORS", "MODELS", "NORMS", "ModelOption", "ModelSpec", "build_model", "register",
+__all__ = ["AGGREGATORS", "BUILT_IN", "DEFAULT_MODEL", "NORMS", "ModelOption", "ModelSpec", "build_model", "register",
            "unregister", *sorted(_TORCH_NAMES)]
 
 

@@ -4,7 +4,7 @@ dropout on every layer's input (layer 0 included) and, inside the attention, on 
 
 Each layer equals DGL 1.1.3's ``GATConv(in, out, heads)`` on ``dgl.add_self_loop(g)`` (LeakyReLU
 slope 0.2, no residual, bias on). The attention runs through the ``attend(layer, z, el, er)``
-callable the trainer hands in (:mod:`distgnn.attention`: exact across parts under cd-0, the
+callable the trainer hands in (:mod:`distgnn.kernels.attention`: exact across parts under cd-0, the
 attention dropout keyed by edge and head). State dict (DGL's names)::
 
     layers.{i}.fc.weight  [heads_i * out_i, in_i]   no bias
@@ -78,7 +78,7 @@ class GAT(nn.Module):
                 dropout: Optional[DropoutFn] = None, attend: Optional[AttendFn] = None) -> torch.Tensor:
         """x [n, in_dim] -> logits [n, out_dim]; ``attend`` is required."""
         if attend is None:
-            raise DistgnnError("GAT: needs the attend callable (distgnn.attention or the trainer's)")
+            raise DistgnnError("GAT: needs the attend callable (distgnn.kernels.attention or the trainer's)")
         h = x
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):

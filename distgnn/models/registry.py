@@ -8,15 +8,17 @@ everything the rest of distgnn needs of it (docs/design.md#model-registry):
   ``--heads`` GAT's): the CLI adds them, the config check refuses them for another model, the
   workflow passes them for this model only;
 * its shape: layer widths, parameter count, dense work and the activations autograd keeps, which
-  the memory estimate (:mod:`distgnn.train.memory_estimate`) and the scaling model's costs
+  the memory estimate (:mod:`distgnn.scaling.rank_memory`) and the scaling model's costs
   (:mod:`distgnn.scaling.costs`) read.
 
 This module imports neither torch nor numpy: the CLI parser, the config check, the launcher's
 memory check, the scaling model and the Snakefile read the specs without loading torch (about
 10 s of start-up on a busy node). The built-in models' specs are at the end of this file; their
-names are :data:`distgnn.vocabulary.MODELS`. A user's own module trained through
-``distgnn.train_model`` (``custom:<class>``) is not registered: it is estimated as GraphSAGE
-(:func:`shape_spec`).
+names are :data:`BUILT_IN` and the default :data:`DEFAULT_MODEL`, whose run folders carry no model
+prefix (:func:`run_name`). A user's own module trained through ``distgnn.train_model``
+(``custom:<class>``) is not registered: it is estimated as the default model (:func:`shape_spec`).
+A model registered from outside (:func:`register`) trains, is estimated and is costed like a
+built-in one (tests/test_registry.py registers one from the test file alone).
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Union
 
 from distgnn.errors import DistgnnError
-from distgnn.vocabulary import AGGREGATORS, CUSTOM_PREFIX, DEFAULT_MODEL, MODELS, NORMS
+from distgnn.vocabulary import AGGREGATORS, CUSTOM_PREFIX, NORMS, parse_algorithm, resolve_apply
 
 #: (in, out, aggregation width) of every layer
 Widths = list[tuple[int, int, int]]
@@ -113,6 +115,10 @@ class ModelSpec:
     input_cache: bool = True
     #: runs through ``attend`` (the config check's attention rules apply, docs/design.md#gat)
     attention: bool = False
+    #: a stack of per-vertex layers (:class:`distgnn.models.base.LayerStack`) whose layer 0 may
+    #: run on more rows than the roots: cd-r's recompute rule lets leaves recompute layer 1's
+    #: input (docs/design.md#cdr-rules); GAT's attention has its own rule
+    recomputes: bool = True
 
     def option_values(self, source: Any = None, **given: Any) -> dict[str, Any]:
         """This model's options: from ``given`` (other models' options ignored), else from the
@@ -169,7 +175,7 @@ def register(spec: ModelSpec) -> ModelSpec:
 
 def unregister(name: str) -> None:
     """Remove a model registered after import (a built-in one stays)."""
-    if name in MODELS:
+    if name in BUILT_IN:
         raise DistgnnError(f"model {name!r} is built in")
     _SPECS.pop(name, None)
 
@@ -191,6 +197,21 @@ def shape_spec(name: str) -> ModelSpec:
     """The spec whose shape stands for ``name``: its own, or the default model's (GraphSAGE) for a
     user's ``custom:<class>`` module, whose shape distgnn does not know."""
     return spec(DEFAULT_MODEL if name.startswith(CUSTOM_PREFIX) else name)
+
+
+def run_name(algo: str, apply: str = "auto", model: str | None = None) -> str:
+    """Run folder name: the algorithm, plus ``-<apply>`` when ``--apply`` resolves to another mode
+    than the algorithm's default (so runs of both modes coexist: ``cd-0``, ``cd-0-replicas``;
+    ``--apply root`` for cd-0 is the default computation and shares ``cd-0``), after ``<model>-``
+    for a model other than the default (``gcn-cd-0``; a user's model ``custom:Net``: ``Net-cd-0``).
+    ``model`` None: the default model."""
+    prefix = "" if model in (None, DEFAULT_MODEL) else f"{model.split(':')[-1]}-"
+    try:
+        default = resolve_apply("auto", parse_algorithm(algo))
+        resolved = resolve_apply(apply, parse_algorithm(algo))
+    except DistgnnError:
+        return prefix + (algo if apply == "auto" else f"{algo}-{apply}")
+    return prefix + (algo if resolved == default else f"{algo}-{resolved}")
 
 
 def all_options() -> dict[str, ModelOption]:
@@ -229,7 +250,13 @@ def build_model(model: str, in_dim: int, hidden: int, out_dim: int, layers: int,
     return spec(model).build(in_dim, hidden, out_dim, layers, dropout=dropout, **options)
 
 
-# --- the built-in models (names: distgnn.vocabulary.MODELS; modules: distgnn/models/<name>.py) ---
+# --- the built-in models (modules: distgnn/models/<name>.py); the first is the default ---
+
+#: the model runs get when ``--model`` is not given (config ``train.model``); its run folders
+#: carry no model prefix
+DEFAULT_MODEL = "sage"
+#: the model of runs and checkpoints made before ``--model`` existed
+FIRST_MODEL = "sage"
 
 def _gin_widths(feat_dim: int, hidden: int, num_classes: int, layers: int) -> Widths:
     """GIN aggregates at its input width (its MLP is not linear, so it cannot map first)."""
@@ -268,8 +295,8 @@ register(ModelSpec(
                          minimum=1),),
     widths=_gat_widths,
     parameters=lambda widths, hidden: sum(i * o + 3 * o for i, o, _ in widths),  # fc, attn_l, attn_r, bias
-    local_working_set=True, input_cache=False, attention=True))
+    local_working_set=True, input_cache=False, attention=True, recomputes=False))
 
-if names() != MODELS:
-    raise DistgnnError(f"distgnn.models.registry registers {names()}, distgnn.vocabulary.MODELS "
-                       f"names {MODELS}: keep them equal")
+#: the models distgnn ships, the default first (the config schema's enum lists exactly these:
+#: distgnn.workflow_config.check_schema_names)
+BUILT_IN = names()

@@ -2,7 +2,7 @@
 and one ``part_<k>.zarr`` per partition, the stores the trainer reads (docs/design.md#stores).
 
 Stages (each a CLI command, each a Snakemake rule): :func:`~distgnn.partition.assign.assign_graph`
-writes ``<DIR>/assignment.zarr``; :func:`~distgnn.partition.build.build_part` writes
+writes ``<DIR>/assignment.zarr``; :func:`~distgnn.partition.part_writer.build_part` writes
 ``<DIR>/part_<k>.zarr`` for one k (parts are independent jobs).
 
 ``assignment.zarr``

@@ -6,7 +6,7 @@ from pathlib import Path
 import zarr
 
 from distgnn.partition import layout
-from distgnn.partition.build import open_assignment
+from distgnn.partition.readers import open_assignment
 from distgnn.partition.quality import format_quality
 
 

@@ -24,7 +24,7 @@ import zarr
 
 from distgnn.errors import DistgnnError
 from distgnn.partition import layout
-from distgnn.partition.build import open_assignment, open_graph_for
+from distgnn.partition.readers import open_assignment, open_graph_for
 from distgnn.partition.vertex_order import VERTEX_ORDERS
 from distgnn.progress import progress
 from distgnn.zarr_io import check_chunks_present, open_checked, verify_checksums

@@ -51,11 +51,11 @@ class Run:
 def run_label(summary: dict[str, Any]) -> str:
     """``cd-0``, ``cd-0-replicas``, ...: the algorithm, and the apply mode where it is not the
     algorithm's default, as the run folders are named."""
-    from distgnn.vocabulary import run_name
+    from distgnn.models.registry import FIRST_MODEL, run_name
 
     # runs from before apply-at-root have no "apply": they ran on the replicas
     return run_name(str(summary["algo"]), str(summary.get("apply", "replicas")),
-                    str(summary.get("hyperparameters", {}).get("model", "sage")))
+                    str(summary.get("hyperparameters", {}).get("model", FIRST_MODEL)))
 
 
 def read_summary(path: Path) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from typing import Any
 
 import pandas as pd
 
+from distgnn.models.registry import FIRST_MODEL
 from distgnn.report.load import Run
 from distgnn.vocabulary import parse_algorithm, steady_start
 
@@ -56,7 +57,7 @@ def summary_table(runs: list[Run]) -> pd.DataFrame:
         s = run.summary
         row = {k: s.get(k) for k in COLUMNS if k in s}
         row["algo"], row["apply"] = run.key[3], run.apply
-        row["model"] = str(s.get("model", "sage"))  # runs from before --model trained GraphSAGE
+        row["model"] = str(s.get("model", FIRST_MODEL))  # runs from before --model
         row["hosts"] = hosts_label(s.get("hosts_by_rank"))
         row.update(epoch_split(run))
         rows.append(row)

@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from distgnn.models import registry
-from distgnn.train.memory_estimate import layer_widths, num_parameters
+from distgnn.models.registry import DEFAULT_MODEL
+from distgnn.scaling.rank_memory import layer_widths, num_parameters
 from distgnn.vocabulary import parse_algorithm
 
 
@@ -40,7 +41,7 @@ class ModelShape:
     #: when layer 0 aggregates before its linear map (their own aggregate of the constant input)
     input_cache: bool = True
     #: a registered model (distgnn/models/registry.py): its widths, aggregation widths and dense work
-    model: str = "sage"
+    model: str = DEFAULT_MODEL
 
     def widths(self, graph: GraphShape) -> list[tuple[int, int, int]]:
         return layer_widths(graph.feat_dim, self.hidden, graph.num_classes, self.layers, self.model)
@@ -134,7 +135,7 @@ def measure_row_cost(indptr: np.ndarray, indices: np.ndarray, width: int = 256, 
 
     import torch
 
-    from distgnn import ops
+    from distgnn.kernels import ops
 
     n = len(indptr) - 1
     x = torch.randn(n, width)

@@ -97,7 +97,7 @@ def concurrency(comm: Communicator, repeats: int, rounds: int = 3) -> dict:
     ``{"concurrency_agg": t_both / t_alone, "concurrency_dense": ...}``. Alone and together
     alternate for ``rounds`` rounds and the fastest median of each is kept, so a short burst of
     other work on a shared host (a virtual machine's cores can move) does not set the factor."""
-    from distgnn import ops
+    from distgnn.kernels import ops
 
     rank = comm.rank
     rng = np.random.default_rng(rank)

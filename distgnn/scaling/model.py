@@ -21,12 +21,12 @@ Per rank (the slowest one sets the epoch):
   as the progress thread makes it: docs/scale.md#link);
   under ``root`` two messages per layer and the copy of the roots' rows into the source table;
   with ``fresh_copies`` (``distgnn train --fresh-copies``) the broadcast is cd-0's instead (one
-  blocking Alltoallv forward, its adjoint backward) and only the reduce moves in bins; ``rule``
-  (``--cdr-rule``, steady state: warm's first r epochs are not modelled): the input rules cache
-  layer 0 (no aggregation, no exchange); the recompute rules add layer 0's dense work for
-  q N / P more rows, q = min(``recompute_budget`` (None: the default), RF(P) - 1) (every leaf
-  counted as a source: an upper bound), and layer 1's copies move only for the leaf rows beyond
-  q N / P;
+  blocking Alltoallv forward, its adjoint backward) and only the reduce moves in bins; the rule
+  (``--cdr-rule``, steady state, read from the run's :class:`~distgnn.exchange.spec.ExchangeSpec`):
+  a rule whose ``input_cache`` is set caches layer 0 (no aggregation, no exchange); where the
+  leaves recompute, layer 0's dense work grows by q N / P rows, q = min(the recompute budget,
+  RF(P) - 1) (every leaf counted as a source: an upper bound), and layer 1's copies move only for
+  the leaf rows beyond q N / P;
 * 0c: no exchange;
 * every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead;
 * ranks sharing one machine (``ranks_per_node`` > 1) compute slower by the measured concurrency
@@ -38,6 +38,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from distgnn.exchange.rules import DEFAULT_RULE, FIRST_RULE
+from distgnn.exchange.spec import ExchangeSpec, cdr_at_root, resolve_exchange
+from distgnn.models import registry
 from distgnn.scaling.costs import ComputeCosts, GraphShape, ModelShape
 from distgnn.scaling.network import NetworkModel
 from distgnn.scaling.replication import ReplicationLaw
@@ -75,27 +78,44 @@ class EpochPrediction:
         return max(parts, key=parts.get)
 
 
+def exchange_for(algo: str, model: ModelShape, apply: str = "auto", fresh_copies: bool = False,
+                 rule: str = DEFAULT_RULE, recompute_budget: float | None = None) -> ExchangeSpec:
+    """The exchange spec a run of ``algo`` with these ``distgnn train`` options resolves to, the
+    options that do not apply to ``algo`` dropped (one table covers cd-0, 0c and cd-r alike)."""
+    algorithm = parse_algorithm(algo)
+    resolved = resolve_apply(apply, algorithm)
+    at_root = cdr_at_root(algorithm, resolved)
+    shape = registry.shape_spec(model.model)
+    facts = dict(input_cache=model.input_cache, layers=model.layers,
+                 layer_stack=shape.recomputes, attention=shape.attention)
+    exchange = resolve_exchange(algorithm, resolved, fresh_copies=fresh_copies and at_root,
+                                rule=rule if at_root and not shape.attention else DEFAULT_RULE,
+                                **facts)
+    if recompute_budget is not None and exchange.recomputes:
+        exchange = resolve_exchange(algorithm, resolved, fresh_copies=fresh_copies, rule=rule,
+                                    recompute_budget=recompute_budget, **facts)
+    return exchange
+
+
 def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, costs: ComputeCosts,
                   law: ReplicationLaw, net: NetworkModel, rf: float | None = None,
                   ranks_per_node: int = 1, apply: str = "auto",
-                  fresh_copies: bool = False, rule: str = "delayed",
-                  recompute_budget: float | None = None) -> EpochPrediction:
+                  fresh_copies: bool = False, rule: str = FIRST_RULE,
+                  recompute_budget: float | None = None,
+                  spec: ExchangeSpec | None = None) -> EpochPrediction:
     """Predicted epoch of ``algo`` at ``parts`` ranks (``rf`` overrides the law's RF(P));
-    ``ranks_per_node`` ranks share each machine; ``apply``, ``fresh_copies``, ``rule`` and
+    ``ranks_per_node`` ranks share each machine. The run's exchange: ``spec`` (a trainer's
+    spec), or the spec of :func:`exchange_for` with ``apply``, ``fresh_copies``, ``rule`` and
     ``recompute_budget`` as ``distgnn train --apply``, ``--fresh-copies``, ``--cdr-rule`` and
     ``--recompute-budget`` (cd-<r> at the root only; ignored otherwise)."""
-    from distgnn.train.cdr_rules import DEFAULT_RECOMPUTE_BUDGET, parse_cdr_rule
-
-    a = parse_algorithm(algo)
-    apply = resolve_apply(apply, a)
-    fresh_copies = fresh_copies and a.delay > 0 and apply == "root"
-    has_rule = a.delay > 0 and not a.original and apply == "root"
-    cdr_rule = parse_cdr_rule(rule if has_rule else "delayed")
+    if spec is None:
+        spec = exchange_for(algo, model, apply, fresh_copies, rule, recompute_budget)
+    a, apply, fresh_copies = spec.algorithm, spec.apply, spec.fresh_copies
     rf = 1.0 if parts == 1 else float(rf if rf is not None else law(parts))
     n = rf * graph.num_nodes / parts * (law.vertex_balance if parts > 1 else 1.0)
     m = graph.num_edges / parts * (law.edge_balance if parts > 1 else 1.0)
     leaves = (rf - 1.0) * graph.num_nodes / parts
-    cached = cdr_rule.input_cache and parts > 1
+    cached = spec.rule.input_cache and parts > 1
     widths = model.aggregated_widths(graph, algo, parts, cached)
     shared = min(parts, ranks_per_node) > 1
     rows = graph.num_nodes / parts if apply == "root" else n
@@ -106,9 +126,8 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
     aggregate = (m + costs.agg_row_per_edge * kernel_rows) * model.agg_units(graph, algo, parts, cached) * costs.agg_s_per_edge_col * (costs.concurrency_agg if shared else 1.0)
     # rows per root whose layer-0 dense work a recompute rule adds (leaves read no copy of them)
     recomputed = 0.0
-    if cdr_rule.recompute and not fresh_copies and parts > 1 and model.layers >= 2:
-        recomputed = min(rf - 1.0, DEFAULT_RECOMPUTE_BUDGET if recompute_budget is None
-                         else recompute_budget)
+    if spec.recomputes and parts > 1:
+        recomputed = min(rf - 1.0, spec.recompute_budget)
     dense_units = (rows * model.dense_units(graph)
                    + recomputed * rows * model.dense_units(graph, first_layers=1))
     dense = dense_units * costs.dense_s_per_vertex_unit * (costs.concurrency_dense if shared else 1.0)
@@ -141,8 +160,9 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
     forward = sum(f * w * F32 for (f, _), w in zip(sent, widths))
     backward = sum(b * w * F32 for (_, b), w in zip(sent, widths))
     return EpochPrediction(parts, algo, rf, aggregate, dense, exchange, allreduce, costs.overhead_s,
-                           apply, fresh_copies, cdr_rule.name if has_rule else None,
-                           recompute_budget if cdr_rule.recompute and not fresh_copies else None,
+                           apply, fresh_copies,
+                           spec.rule.name if spec.cdr_at_root else None,
+                           spec.recompute_budget,
                            forward, backward)
 
 
@@ -174,7 +194,7 @@ def rows_sent(delay: int, apply: str, fresh_copies: bool, leaves: float, recompu
 
 def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law: ReplicationLaw,
                   net: NetworkModel, algos: list[str], parts: list[int], ranks_per_node: int = 1,
-                  apply: str = "auto", fresh_copies: bool = False, rule: str = "delayed",
+                  apply: str = "auto", fresh_copies: bool = False, rule: str = FIRST_RULE,
                   recompute_budget: float | None = None) -> list[dict]:
     """One row per (algo, P): the prediction's parts, total and speedup over P = 1 (cd-0 at P = 1
     is the single-socket reference for every algorithm: at P = 1 they coincide). ``apply``:

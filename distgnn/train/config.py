@@ -10,14 +10,12 @@ from distgnn.errors import DistgnnError
 from distgnn.models import registry
 from distgnn.options import check_threads
 from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm, check_precision, parse_algorithm, resolve_apply
-from distgnn.train.cdr_rules import DEFAULT_RECOMPUTE_BUDGET, DEFAULT_RULE, CdrRule, parse_cdr_rule
+from distgnn.exchange.rules import DEFAULT_RULE, FIRST_RULE
+from distgnn.exchange.spec import ExchangeSpec, resolve_exchange
 
-#: the built-in models whose layer 0 runs on more rows than the roots (layer stacks; GAT's
-#: attention has its own cd-r rule)
-RECOMPUTING_MODELS = ("sage", "gcn", "gin")
 #: keys added to the hyperparameters after checkpoints existed, with the value older ones meant
-LATER_HYPERPARAMETERS = {"model": "sage", "heads": 8, "fresh_copies": False, "cdr_rule": "delayed",
-                         "recompute_budget": None}
+LATER_HYPERPARAMETERS = {"model": registry.FIRST_MODEL, "heads": 8, "fresh_copies": False,
+                         "cdr_rule": FIRST_RULE, "recompute_budget": None}
 
 
 @dataclass
@@ -29,7 +27,7 @@ class TrainConfig:
     algo: str = "cd-0"
     #: a registered model (sage: GraphSAGE, gcn, gin, gat; distgnn/models/registry.py) or a user's
     #: ``custom:<class>`` (distgnn.train_model)
-    model: str = "sage"
+    model: str = registry.DEFAULT_MODEL
     #: GAT's attention heads per hidden layer (like ``aggregator``, a model's own option: the
     #: registry's ModelOption of that name has the same default)
     heads: int = 8
@@ -55,12 +53,12 @@ class TrainConfig:
     #: cd-r under root: the roots' rows reach the leaves every step (exact, with their adjoint);
     #: only the leaves' partials are delayed (docs/design.md#fresh-copies)
     fresh_copies: bool = False
-    #: cd-r under root: the rule before the delayed messages arrive and for the stored input
-    #: (distgnn/train/cdr_rules.py; docs/design.md#cdr-rules)
+    #: cd-r under root: the delayed-update rule (a registered name, distgnn/exchange/rules.py;
+    #: docs/design.md#cdr-rules)
     cdr_rule: str = DEFAULT_RULE
     #: ``--cdr-rule`` recompute rules: at most this many leaf rows per root recompute (the
     #: leaves with the most local out-edges; inf: every leaf that is a source of local edges);
-    #: None: DEFAULT_RECOMPUTE_BUDGET
+    #: None: the default (distgnn.exchange.rules.DEFAULT_RECOMPUTE_BUDGET)
     recompute_budget: float | None = None
     #: seconds without a heartbeat after which a rank counts as silent and the job is ended
     #: (distgnn/train/watchdog.py; 0: no watchdog). Not an epoch time limit.
@@ -72,52 +70,30 @@ class TrainConfig:
     #: a run setting, not a hyperparameter
     stage_dir: str | None = None
 
-    def cdr_rule_in_effect(self) -> CdrRule:
-        """``cdr_rule`` where it applies (cd-<r> under root, summed layers: not GAT), else the
-        first rule, which changes nothing (docs/design.md#cdr-rules)."""
-        algorithm = parse_algorithm(self.algo)
-        if (algorithm.delay > 0 and not algorithm.original and self.model != "gat"
-                and resolve_apply(self.apply, algorithm) == "root"):
-            return parse_cdr_rule(self.cdr_rule)
-        return parse_cdr_rule("delayed")
-
-    def recomputes(self) -> bool:
-        """Whether the leaves recompute layer 1's source rows (``--cdr-rule`` recompute rules):
-        cd-<r> under root, a built-in layer stack of two layers or more, the input cache on and
-        no ``--fresh-copies`` (which makes every copy current already); elsewhere the rule's
-        other components apply (docs/design.md#cdr-rules)."""
-        return (self.cdr_rule_in_effect().recompute and not self.fresh_copies
-                and self.input_cache and self.layers >= 2 and self.model in RECOMPUTING_MODELS)
-
-    def recompute_rows_per_root(self) -> float | None:
-        """The recompute budget in force (leaf rows per root, inf: every source leaf), None
-        where the leaves do not recompute (:meth:`recomputes`)."""
-        if not self.recomputes():
-            return None
-        return DEFAULT_RECOMPUTE_BUDGET if self.recompute_budget is None else self.recompute_budget
+    def exchange_spec(self) -> ExchangeSpec:
+        """The run's exchange, resolved once (docs/design.md#exchange-spec); an option that does
+        not apply is refused in one line. What the model contributes comes from its registry
+        entry (a user's ``custom:`` module: no attention, no recomputation)."""
+        model = None if self.model.startswith(CUSTOM_PREFIX) else registry.spec(self.model)
+        return resolve_exchange(self.algo, self.apply, delayed_gradients=self.delayed_gradients,
+                                fresh_copies=self.fresh_copies, rule=self.cdr_rule,
+                                recompute_budget=self.recompute_budget,
+                                input_cache=self.input_cache, layers=self.layers,
+                                layer_stack=model is not None and model.recomputes,
+                                attention=model is not None and model.attention)
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
-        ``apply`` as resolved (``root`` or ``replicas``)."""
+        ``apply``, ``delayed_gradients`` and ``recompute_budget`` as the exchange spec resolved
+        them."""
         keep = ("algo", "model", "heads", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
                 "precision", "delayed_gradients", "fresh_copies", "cdr_rule", "recompute_budget")
         out = {k: v for k, v in asdict(self).items() if k in keep}
-        algorithm = parse_algorithm(self.algo)
-        out["apply"] = resolve_apply(self.apply, algorithm)
-        out["delayed_gradients"] = resolve_delayed_gradients(self.delayed_gradients, algorithm,
-                                                             out["apply"])
-        out["recompute_budget"] = self.recompute_rows_per_root()
+        exchange = self.exchange_spec()
+        out["apply"] = exchange.apply
+        out["delayed_gradients"] = exchange.delayed_gradients
+        out["recompute_budget"] = exchange.recompute_budget
         return out
-
-
-def resolve_delayed_gradients(value: bool | None, algorithm: Algorithm, apply: str) -> bool:
-    """Whether cd-r's gradients travel back (docs/design.md#cd-r-at-the-root): by default for cd-r at the
-    root, never elsewhere; asking for them where they do not apply is refused in one line."""
-    applies = algorithm.delay > 0 and not algorithm.original and apply == "root"
-    if value and not applies:
-        raise DistgnnError(f"--delayed-gradients: only for cd-<r> under --apply root (got "
-                           f"{algorithm.name} under {apply})")
-    return applies if value is None else bool(value)
 
 
 def check_attention(config: TrainConfig, algorithm: Algorithm, who: str) -> None:
@@ -133,9 +109,9 @@ def check_attention(config: TrainConfig, algorithm: Algorithm, who: str) -> None
         raise DistgnnError(f"{who}: --precision bf16 is not supported for attention yet (use fp32)")
 
 
-def check_config(config: TrainConfig) -> Algorithm:
-    """The algorithm of a valid configuration; a bad option raises one line naming it (called
-    before MPI starts, and again by every rank)."""
+def check_config(config: TrainConfig) -> ExchangeSpec:
+    """The exchange spec of a valid configuration; a bad option raises one line naming it
+    (called before MPI starts, and again by every rank)."""
     algorithm = parse_algorithm(config.algo)
     if config.epochs < 1:
         raise DistgnnError(f"--epochs must be >= 1, got {config.epochs}")
@@ -157,31 +133,7 @@ def check_config(config: TrainConfig) -> Algorithm:
     if not config.weight_decay >= 0.0:
         raise DistgnnError(f"--weight-decay must be >= 0, got {config.weight_decay}")
     check_precision(config.precision)
-    if config.fresh_copies and not (algorithm.delay > 0 and not algorithm.original
-                                    and resolve_apply(config.apply, algorithm) == "root"):
-        raise DistgnnError(f"--fresh-copies: only for cd-<r> under --apply root (got {algorithm.name} "
-                           f"under {resolve_apply(config.apply, algorithm)})")
-    resolve_delayed_gradients(config.delayed_gradients, algorithm,
-                              resolve_apply(config.apply, algorithm))
-    parse_cdr_rule(config.cdr_rule)
-    if config.cdr_rule != DEFAULT_RULE:
-        if not (algorithm.delay > 0 and not algorithm.original
-                and resolve_apply(config.apply, algorithm) == "root"):
-            raise DistgnnError(f"--cdr-rule: only for cd-<r> under --apply root (got "
-                               f"{config.cdr_rule} for {algorithm.name} under "
-                               f"{resolve_apply(config.apply, algorithm)})")
-        if config.model == "gat":
-            raise DistgnnError(f"--cdr-rule {config.cdr_rule}: GAT's attention has one cd-r rule "
-                               f"(drop --cdr-rule)")
-    if config.recompute_budget is not None:
-        if not config.recomputes():
-            raise DistgnnError(f"--recompute-budget: only where the leaves recompute (a --cdr-rule "
-                               f"that recomputes, cd-<r> under --apply root, model sage, gcn or "
-                               f"gin with --layers >= 2, the input cache on, no --fresh-copies; "
-                               f"docs/design.md#cdr-rules)")
-        if not config.recompute_budget >= 0:  # (refuses nan too)
-            raise DistgnnError(f"--recompute-budget must be a number >= 0 (leaf rows per root; "
-                               f"inf: every leaf), got {config.recompute_budget}")
+    exchange = config.exchange_spec()
     if not config.hang_timeout_s >= 0.0:
         raise DistgnnError(f"--hang-timeout must be >= 0 seconds (0: off), got {config.hang_timeout_s}")
     for option, every in (("--eval-every", config.eval_every),
@@ -189,4 +141,4 @@ def check_config(config: TrainConfig) -> Algorithm:
         if every < 0:
             raise DistgnnError(f"{option} must be >= 0 (0: never), got {every}")
     check_threads(config.threads)
-    return algorithm
+    return exchange

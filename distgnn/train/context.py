@@ -23,11 +23,12 @@ from distgnn.exchange import Aggregation, build_aggregation
 from distgnn.models import registry
 from distgnn.models.base import LayerStack
 from distgnn.train.agreement import agreed
-from distgnn.train.config import TrainConfig, check_config, resolve_delayed_gradients
-from distgnn.train.partition_data import PartitionData, load_partition, read_assignment_attrs
+from distgnn.exchange.spec import ExchangeSpec
+from distgnn.train.config import TrainConfig, check_config
+from distgnn.partition.part_loader import PartitionData, load_partition, read_assignment_attrs
 from distgnn.train.staging import stage_part, unstage
-from distgnn.train.timers import Timers
-from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm, resolve_apply
+from distgnn.timers import Timers
+from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm
 
 
 @dataclass
@@ -35,6 +36,7 @@ class RankContext:
     """What one rank holds for a run (module docstring)."""
 
     config: TrainConfig
+    exchange: ExchangeSpec       #: the run's exchange, resolved once from ``config``
     algorithm: Algorithm
     comm: Communicator
     eval_comm: Communicator      #: evaluation's own communicator (never mixed with cd-r traffic)
@@ -84,7 +86,7 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
     :func:`check_ranks`). ``model``: a user's module following :mod:`distgnn.models.base`
     (rank 0's parameters are copied to every rank); default: ``config``'s built-in model.
     ``note`` prints a warning line (rank 0)."""
-    algorithm = check_config(config)
+    exchange = check_config(config)
     partition_dir = Path(partition_dir)
     if config.memory_check:
         check_memory(partition_dir, config, comm)
@@ -98,7 +100,6 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
         if source != partition_dir:
             unstage(source)
     check_consistency(partition_dir, part, assignment, comm)
-    apply = resolve_apply(config.apply, algorithm)
     timers = Timers()
     if config.threads > 0:
         torch.set_num_threads(config.threads)
@@ -114,17 +115,16 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
                                      **registry.spec(config.model).option_values(config))
     elif comm.size > 1:  # the replicas start equal however the user's module was seeded
         model.load_state_dict(comm.bcast(model.state_dict()))
-    rule = config.cdr_rule_in_effect()
-    recompute = config.recomputes() and isinstance(model, LayerStack)
+    recompute = exchange.recomputes and isinstance(model, LayerStack)
     aggregation = build_aggregation(
-        part, algorithm, apply, model.norm, comm, eval_comm, timers, config.threads,
-        bool(getattr(model, "aggregates_input_first", False)), config.input_cache,
-        resolve_delayed_gradients(config.delayed_gradients, algorithm, apply), config.fresh_copies,
-        rule.warm, rule.present, recompute, config.recompute_rows_per_root())
-    if config.precision == "bf16":  # rows gathered and exchanged in bfloat16 (distgnn/precision.py)
+        part, exchange, model.norm, comm, eval_comm, timers, config.threads,
+        aggregates_first=bool(getattr(model, "aggregates_input_first", False)),
+        recompute=recompute)
+    if config.precision == "bf16":  # rows gathered and exchanged in bfloat16 (distgnn/kernels/precision.py)
         comm.payload_dtype = torch.bfloat16
         aggregation.gather_features_as(torch.bfloat16)
-    ctx = RankContext(config, algorithm, comm, eval_comm, partition_dir, assignment, part, apply,
+    ctx = RankContext(config, exchange, exchange.algorithm, comm, eval_comm, partition_dir,
+                      assignment, part, exchange.apply,
                       model, aggregation, timers, aggregation.rows, part.feat[:aggregation.rows],
                       bool(part.attrs.get("multilabel", False)), num_classes)
     if config.input_cache and getattr(model, "takes_input_aggregate", False):
@@ -149,15 +149,12 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
 def check_memory(partition_dir: Path, config: TrainConfig, comm: Communicator) -> None:
     """Refuse, before loading anything, a run whose ranks on some machine would need more
     memory than it has available (per-rank estimate from the partition attributes)."""
-    from distgnn.train.memory_estimate import estimate_rank_memory, memory_budget
+    from distgnn.scaling.rank_memory import estimate_rank_memory, memory_budget
 
     c = config
     shape = registry.shape_spec(c.model)  # a user's model is estimated as the default one
-    recompute = c.recompute_rows_per_root() or 0.0
     mine = agreed(comm, lambda: estimate_rank_memory(
-        partition_dir, comm.rank, c.layers, c.hidden, c.algo,
-        input_cache=c.input_cache and shape.input_cache, apply=c.apply, model=c.model,
-        recompute=recompute,
+        partition_dir, comm.rank, c.layers, c.hidden, c.exchange_spec(), model=c.model,
         **shape.option_values(c)))
     budget, source = memory_budget()
     need, available = comm.node_sum_and_min(mine, budget)

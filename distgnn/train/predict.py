@@ -24,6 +24,7 @@ import zarr
 from distgnn import atomic
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
+from distgnn.models.registry import FIRST_MODEL
 from distgnn.train.config import TrainConfig
 from distgnn.vocabulary import CUSTOM_PREFIX
 from distgnn.zarr_io import create_array
@@ -42,7 +43,7 @@ def read_run(run_dir: Path) -> dict[str, Any]:
 def predict_config(summary: dict[str, Any], threads: int = 0) -> TrainConfig:
     """The run's model settings, with the exact aggregation (cd-0 at the roots) and no memory check."""
     hp = summary["hyperparameters"]
-    return TrainConfig(algo="cd-0", apply="root", epochs=1, model=hp.get("model", "sage"),
+    return TrainConfig(algo="cd-0", apply="root", epochs=1, model=hp.get("model", FIRST_MODEL),
                        heads=hp.get("heads", TrainConfig.heads),
                        layers=hp["layers"], hidden=hp["hidden"],
                        aggregator=hp["aggregator"], dropout=hp["dropout"], seed=hp["seed"],
@@ -62,7 +63,7 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     run_dir = Path(run_dir)
     comm = comm or Communicator()
     summary = read_run(run_dir)
-    model = str(summary["hyperparameters"].get("model", "sage"))
+    model = str(summary["hyperparameters"].get("model", FIRST_MODEL))
     if model.startswith(CUSTOM_PREFIX):
         raise CollectiveError(f"{run_dir}: trained a user's model ({model[len(CUSTOM_PREFIX):]}); distgnn predict "
                               f"rebuilds the built-in models only (load model.pt into the module)")
@@ -94,7 +95,7 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     num_nodes = int(ctx.part.attrs["num_nodes"])
     target = Path(out) if out else run_dir / PREDICTIONS
     attrs = {"run": str(run_dir.resolve()), "algo": summary["algo"], "apply": summary.get("apply"),
-             "model": summary.get("model", "sage"),
+             "model": summary.get("model", FIRST_MODEL),
              "num_nodes": num_nodes, "num_classes": ctx.num_classes, "layer": layer,
              "aggregation": "cd-0 (exact), no dropout", "rows": "global id order"}
     return write_rows_by_global_id(comm, target, rows, gids, num_nodes, attrs)

@@ -12,7 +12,6 @@ def versions() -> dict[str, Any]:
     import torch
     import zarr
 
-    import distgnn
     from distgnn.comm import mpi_library_version
 
     from importlib.metadata import PackageNotFoundError, version
@@ -20,7 +19,7 @@ def versions() -> dict[str, Any]:
     try:
         own = version("distgnn")
     except PackageNotFoundError:
-        own = getattr(distgnn, "__version__", "unknown")
+        own = "unknown"   # run from a source tree that was never installed
     return {"distgnn": own, "torch": torch.__version__, "numpy": numpy.__version__,
             "zarr": zarr.__version__, "mpi": first_line(mpi_library_version())}
 

@@ -12,8 +12,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from distgnn import ops
-from distgnn.precision import dense_autocast, in_dtype, in_float32
+from distgnn.kernels import ops
+from distgnn.kernels.precision import dense_autocast, in_dtype, in_float32
 from distgnn.train.adam import Adam
 from distgnn.train.context import RankContext
 from distgnn.train.metrics import loss_sum, mean_roc_auc
@@ -40,7 +40,7 @@ def attend(ctx: RankContext, epoch: int | None) -> Callable[..., torch.Tensor]:
     """GAT's ``attend(layer, z, el, er, inputs=None)`` (distgnn/models/base.py): the
     aggregation's attention, with the keyed attention dropout in a training epoch (None:
     evaluation, no dropout)."""
-    from distgnn.attention import AttentionDropout
+    from distgnn.kernels.attention import AttentionDropout
 
     p, seed, gids = ctx.config.dropout, ctx.config.seed, ctx.part.local_to_global
 
@@ -61,8 +61,7 @@ def forward(ctx: RankContext, dropout: LayerFn | None, epoch: int | None = None)
     if dropout is not None and precision != "fp32":
         dropout = in_float32(dropout)
     cached, x = ctx.input_aggregate, ctx.x
-    if ctx.aggregation.training and not (ctx.algorithm.trains_with_input_cache(ctx.comm.size)
-                                         or ctx.config.cdr_rule_in_effect().input_cache):
+    if ctx.aggregation.training and not ctx.exchange.trains_on_input_cache(ctx.comm.size):
         cached = None
     if ctx.aggregation.training and ctx.train_rows is not None:
         cached, x = ctx.train_input_aggregate, ctx.train_x

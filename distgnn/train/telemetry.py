@@ -16,7 +16,7 @@ import numpy as np
 from distgnn.comm import Communicator
 from distgnn.train.context import RankContext
 from distgnn.train.provenance import git_commit, slurm_job_id, versions
-from distgnn.train.timers import ROW_KINDS, Timers
+from distgnn.timers import ROW_KINDS, Timers
 from distgnn.vocabulary import steady_start
 
 #: byte counters reported per epoch, each summed over ranks

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from distgnn import ops, tiling
+from distgnn.kernels import ops, tiling
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.memory import huge_page_bytes, thp_mode
@@ -37,11 +37,11 @@ from distgnn.train.shared_folder import check_shared_folder
 from distgnn.train.step import evaluate, train_step
 from distgnn.train.telemetry import EpochMeter, peak_rss_bytes, run_summary
 from distgnn.train.watchdog import Watchdog
-from distgnn.vocabulary import run_name
+from distgnn.models.registry import DEFAULT_MODEL, run_name
 
 
 def default_run_dir(attrs: dict[str, Any], algo: str, apply: str = "auto",
-                    model: str = "sage") -> Path:
+                    model: str = DEFAULT_MODEL) -> Path:
     """``runs/<store>/<method>-<P>/<run>`` from a partition's attributes."""
     return (Path("runs") / str(attrs["store"]) / f"{attrs['method']}-{attrs['P']}"
             / run_name(algo, apply, model))

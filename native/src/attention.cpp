@@ -1,5 +1,5 @@
 // Bindings for the graph attention kernels (distgnn/attention.hpp). Shapes are checked here;
-// index ranges by the caller (distgnn.ops validates each graph once). The GIL is released while
+// index ranges by the caller (distgnn.kernels.ops validates each graph once). The GIL is released while
 // a kernel runs.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>

@@ -11,15 +11,20 @@ roots' rows are read. Local ids: each part's roots first, then its leaves (layou
 """
 import json
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # bench/, for its retired rules
 
 import numpy as np
 import torch
 
 from distgnn.comm import Communicator, RowPlan
 from distgnn.exchange import ReplicaAggregation, RootAggregation
+from distgnn.exchange.rules import CdrRule, Recompute
+from distgnn.exchange.spec import ExchangeSpec
 from distgnn.exchange.recompute import RECOMPUTED_LAYER
-from distgnn.train.partition_data import PartitionData
-from distgnn.train.timers import Timers
+from distgnn.partition.part_loader import PartitionData
+from distgnn.timers import Timers
 from distgnn.vocabulary import parse_algorithm
 
 #: part 0 sums a leaf copy (4) and a root row (6) into vertex 1 (--cdr-rule present counts both)
@@ -111,6 +116,20 @@ def attend_inputs(agg: RootAggregation, h: torch.Tensor, w: torch.Tensor, el: to
     return agg.attention(0, (h @ w.T).view(-1, HEADS, WIDTH), el, er, inputs=(h, w))
 
 
+def spec(delay: int, fresh: bool = False, warm: bool = False, present: bool = False,
+         recompute: bool = False, budget: float | None = None,
+         delayed_gradients: bool = False) -> ExchangeSpec:
+    """cd-<delay> at the root under the rule these flags name (warm and present: the retired
+    rules of bench/retired_rules.py; recompute with ``budget`` None: every source leaf)."""
+    from bench.retired_rules import Present, Warm, WarmRecompute
+
+    rule = {(True, True): WarmRecompute, (True, False): Warm, (False, True): Recompute}.get(
+        (warm, recompute), Present if present else CdrRule)
+    return ExchangeSpec(parse_algorithm(f"cd-{delay}" if delay else "cd-0"), "root",
+                        delayed_gradients, fresh, rule, True,
+                        (float("inf") if budget is None else budget) if recompute else None)
+
+
 def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, fresh: bool,
               attention: str, warm: bool = False, recompute: bool = False) -> list | None:
     """Under apply-at-root with delayed gradients, the same inputs at every step (step 0's) and the
@@ -118,8 +137,9 @@ def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, f
     er for attention; h, el, er and, under the key "W", the rank's W gradient for its input form;
     h for the mean). ``recompute`` (--cdr-rule recompute, the mean on layer 1): the gradient of
     every row the rank computes on, its recomputed leaves' included, under the key "rows"."""
-    agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=delay,
-                          delayed_gradients=True, fresh_copies=fresh, warm=warm,
+    agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1,
+                          exchange=spec(delay, fresh, warm, recompute=recompute,
+                                        delayed_gradients=True),
                           recompute=recompute)
     if recompute:
         gids, out = part.local_to_global[agg.training_rows()], []
@@ -175,8 +195,8 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
         return gradients(comm, part, algorithm.delay, steps, fresh, gradient_kinds[apply], warm,
                          recompute)
     if apply in ("root-gat", "root-gat-inputs"):  # GAT's attention at the roots
-        agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
-                              fresh_copies=fresh)
+        agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1,
+                              exchange=spec(algorithm.delay, fresh))
         ids, out = part.local_to_global[:part.num_roots], []
         for step in range(steps):
             if apply == "root-gat-inputs":
@@ -189,9 +209,10 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
         agg.finish()
         return comm.gather(out)
     if apply == "root":
-        agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1, delay=algorithm.delay,
-                              fresh_copies=fresh, warm=warm, present=present, recompute=recompute,
-                              recompute_budget=budget)
+        agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1,
+                              exchange=spec(algorithm.delay, fresh, warm, present, recompute,
+                                            budget),
+                              recompute=recompute)
         rows = part.num_roots
         if recompute:  # layer 1: each leaf source's row computed on its own rank, at this step
             recomputed = part.local_to_global[agg.training_rows()]

@@ -5,7 +5,8 @@ from distgnn.partition.layout import LAYOUT_VERSION
 from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER
 from distgnn.errors import DistgnnError
 from distgnn.models.registry import spec as model_spec
-from distgnn.vocabulary import DEFAULT_MODEL, parse_algorithm, resolve_apply, run_name
+from distgnn.models.registry import DEFAULT_MODEL, run_name
+from distgnn.vocabulary import parse_algorithm, resolve_apply
 from snakemake.exceptions import WorkflowError
 
 

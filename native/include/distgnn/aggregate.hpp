@@ -22,7 +22,7 @@
 //   tile) at a time so the gathered rows could be shared in the last-level cache; each row's tile
 //   bounds are found tile by tile (two arrays of n_rows). Whether it pays depends on the cache a
 //   tenant really gets and on the degree (each tile re-reads and rewrites the output), so the
-//   caller picks the count by timing (distgnn/tiling.py); 0 or 1 here means untiled.
+//   caller picks the count by timing (distgnn/kernels/tiling.py); 0 or 1 here means untiled.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -285,7 +285,7 @@ inline const char* isa_name(Isa isa) {
 }
 
 // The kernels' instruction set when set below the host's (tests run every path on one machine;
-// distgnn.ops.set_isa and the DISTGNN_ISA environment variable); -1: the host's own.
+// distgnn.kernels.ops.set_isa and the DISTGNN_ISA environment variable); -1: the host's own.
 inline std::atomic<int>& isa_override() {
   static std::atomic<int> value{-1};
   return value;

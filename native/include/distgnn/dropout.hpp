@@ -6,7 +6,7 @@
 //   u    = (h >> 40) / 2^24                          (uniform on [0, 1), 24 bits)
 //   keep = u >= p;  mask = keep / (1 - p)
 //
-// mix is SplitMix64's finaliser (Steele, Lea, Flood 2014). distgnn/ops_reference.py repeats this in
+// mix is SplitMix64's finaliser (Steele, Lea, Flood 2014). tests/ops_reference.py repeats this in
 // numpy; the two must stay identical.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-"""Plain torch/numpy references for every native kernel in :mod:`distgnn.ops` (used by tests).
+"""Plain torch/numpy references for every native kernel in :mod:`distgnn.kernels.ops` (used by tests).
 
 Slow and obviously correct: no native code, autograd through ordinary torch ops.
 """
@@ -15,7 +15,7 @@ _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 def aggregate(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, norm: str = "sum",
               degree: Optional[torch.Tensor] = None, self_rows: Optional[int] = None,
               src_degree: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Same contract as :func:`distgnn.ops.aggregate`, via index_add_ (differentiable in x)."""
+    """Same contract as :func:`distgnn.kernels.ops.aggregate`, via index_add_ (differentiable in x)."""
     n_dst = indptr.numel() - 1
     local = indptr[1:] - indptr[:-1]
     dst = torch.repeat_interleave(torch.arange(n_dst), local)
@@ -36,7 +36,7 @@ def aggregate(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, norm
 def weighted_sum(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor,
                  scale: Optional[torch.Tensor] = None, weight: Optional[torch.Tensor] = None,
                  self_rows: int = 0) -> torch.Tensor:
-    """Same contract as :func:`distgnn.ops.weighted_sum`: scale[v] * (sum weight[u] x[u] +
+    """Same contract as :func:`distgnn.kernels.ops.weighted_sum`: scale[v] * (sum weight[u] x[u] +
     weight[v] x[v] for v < self_rows)."""
     n_dst = indptr.numel() - 1
     dst = torch.repeat_interleave(torch.arange(n_dst), indptr[1:] - indptr[:-1])
@@ -100,7 +100,7 @@ def attention_mask(src_gids: torch.Tensor, dst_gids: torch.Tensor, heads: int, p
 def local_attention(indptr: torch.Tensor, indices: torch.Tensor, z: torch.Tensor, el: torch.Tensor,
                     er: torch.Tensor, n_self: int = 0, dropout: Any = None,
                     slope: float = 0.2) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Same contract as :func:`distgnn.attention.local_attention`, edge by edge in torch."""
+    """Same contract as :func:`distgnn.kernels.attention.local_attention`, edge by edge in torch."""
     n_dst, heads = er.shape
     dst = torch.repeat_interleave(torch.arange(n_dst), indptr[1:] - indptr[:-1])
     src = torch.cat([indices.long(), torch.arange(n_self)])

@@ -22,6 +22,7 @@ from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
 from distgnn.options import existing_path
 from distgnn.partition import layout
+from distgnn.partition.readers import open_assignment, open_graph_for
 from distgnn.partition.store_io import (RowWriter, ScatteredRows, SharedChunks, create_row_array,
                                         gather_rows_multi, read_csr, write_array)
 from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER, block_permutation, check_order
@@ -42,30 +43,6 @@ class BuildInputs:
     replicas: np.ndarray
     root: np.ndarray
     masks: dict[str, np.ndarray]
-
-
-def open_assignment(folder: Path) -> tuple[Any, dict[str, Any]]:
-    """Open ``<folder>/assignment.zarr``; one-line error when it or ``folder`` is missing or it is
-    incomplete."""
-    path = existing_path(folder) / layout.ASSIGNMENT
-    if not path.exists():
-        raise DistgnnError(f"{path}: no assignment (run `distgnn partition assign` first)")
-    group = open_checked(path, ("edge_part", "replicas", "root"))
-    attrs = dict(group.attrs)
-    if "checksum" not in attrs:
-        raise DistgnnError(f"{path}: incomplete assignment (no checksum attribute)")
-    return group, attrs
-
-
-def open_graph_for(attrs: dict[str, Any], graph: str | os.PathLike | None = None) -> GraphStore:
-    """The graph store an assignment was made from (its recorded path unless ``graph`` is given),
-    refusing one whose checksum differs."""
-    path = Path(graph) if graph is not None else Path(attrs["graph"])
-    store = GraphStore.open(path)
-    if store.attrs["checksum"] != attrs["graph_checksum"]:
-        raise DistgnnError(f"{path}: checksum {store.attrs['checksum']} differs from the one the "
-                           f"assignment was made from ({attrs['graph_checksum']})")
-    return store
 
 
 def load_inputs(folder: str | os.PathLike, graph: str | os.PathLike | None = None) -> BuildInputs:

@@ -17,9 +17,10 @@ from typing import Any, Optional, Tuple
 import numpy as np
 import torch
 
-from distgnn import _native, tiling
+from distgnn import _native
+from distgnn.kernels import tiling
 from distgnn.errors import DistgnnError
-from distgnn.output_pool import POOL
+from distgnn.kernels.output_pool import POOL
 from distgnn.vocabulary import NORMS, SELF_TERM_NORMS  # noqa: F401  (ops.NORMS: the exchange's checks)
 #: instruction sets of the aggregation kernels, narrowest first (native/include/distgnn/aggregate.hpp)
 ISAS = ("base", "avx2", "avx512")
@@ -98,7 +99,7 @@ class _Graph:
 
     def tile_choice(self, x: torch.Tensor, threads: int) -> tiling.TileChoice:
         """The measured choice of source tiles for rows like ``x`` ([n_src, F], its dtype) with
-        ``threads`` threads (:mod:`distgnn.tiling`), made once per such key."""
+        ``threads`` threads (:mod:`distgnn.kernels.tiling`), made once per such key."""
         key = (x.shape[0], x.shape[1], x.dtype, thread_count(threads))
         if key not in self._tiling:
             options = (tiling.candidates(self.n_dst, x.shape[0], self.indices.numel(),
@@ -199,7 +200,7 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Op
     x [n_src, F]; result [len(indptr) - 1, F]; self_term covers the first len(self_term) rows;
     scale [n_dst] and weight [n_src] float (None: 1). bfloat16 x (and self_term): summed in
     float32, result float32; a large result reuses the memory of an earlier one that nothing uses
-    any more (:mod:`distgnn.output_pool`). ``sorted``: rows ascend (allows source tiling).
+    any more (:mod:`distgnn.kernels.output_pool`). ``sorted``: rows ascend (allows source tiling).
     ``plan``: the CSR's chunk plan (:meth:`_Graph.plan`). ``tuning``: chunk_edges, block,
     prefetch, tiles (see native/include/distgnn/aggregate.hpp)."""
     if x.dtype == torch.bfloat16:  # bfloat16 rows, float32 sums and result
@@ -220,7 +221,7 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Op
 def _run(graph: _Graph, x: torch.Tensor, scale: Optional[torch.Tensor],
          weight: Optional[torch.Tensor], self_rows: int, threads: int) -> torch.Tensor:
     """The kernel over a validated graph with its cached plan; x's own first self_rows rows
-    are the self term. Source tiles as :mod:`distgnn.tiling` chooses (timed while it measures)."""
+    are the self term. Source tiles as :mod:`distgnn.kernels.tiling` chooses (timed while it measures)."""
     x = x.contiguous()
     self_term = x[:self_rows] if self_rows > 0 else None
     plan = graph.plan(threads)

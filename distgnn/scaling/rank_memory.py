@@ -45,8 +45,10 @@ from pathlib import Path
 from typing import Any
 
 from distgnn.errors import DistgnnError
+from distgnn.exchange.spec import ExchangeSpec
 from distgnn.memory import cgroup_memory_left, memory_budget, slurm_memory_bytes  # noqa: F401 (re-exported)
 from distgnn.models import registry
+from distgnn.models.registry import DEFAULT_MODEL
 from distgnn.vocabulary import parse_algorithm, resolve_apply
 
 #: RSS of ``python -c "import torch, mpi4py.MPI, zarr, distgnn._native, distgnn.train.trainer"``
@@ -115,34 +117,40 @@ def _algo_delay(algo: str) -> tuple[bool, int]:
 
 
 def layer_widths(feat_dim: int, hidden: int, num_classes: int, layers: int,
-                 model: str = "sage", **options: Any) -> list[tuple[int, int, int]]:
+                 model: str = DEFAULT_MODEL, **options: Any) -> list[tuple[int, int, int]]:
     """(in, out, aggregation width) per layer of ``model`` (its registered widths; ``options``:
     its own, e.g. ``heads``; a user's ``custom:`` model counts as GraphSAGE)."""
     return registry.shape_spec(model).layer_widths(feat_dim, hidden, num_classes, layers, **options)
 
 
 def num_parameters(feat_dim: int, hidden: int, num_classes: int, layers: int,
-                   model: str = "sage", **options: Any) -> int:
+                   model: str = DEFAULT_MODEL, **options: Any) -> int:
     """Parameter count of ``model`` (its registered count; a user's model counts as GraphSAGE)."""
     return registry.shape_spec(model).num_parameters(feat_dim, hidden, num_classes, layers, **options)
 
 
-def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str, k: int = 0,
+def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str | ExchangeSpec, k: int = 0,
                    baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
-                   apply: str = "auto", model: str = "sage",
+                   apply: str = "auto", model: str = DEFAULT_MODEL,
                    runtime: int = RUNTIME_OVERHEAD_BYTES, recompute: float = 0.0,
                    **options: Any) -> MemoryEstimate:
     """The estimate for a part given by its figures (pure arithmetic; see the module docstring;
-    ``baseline`` and ``runtime`` in bytes; ``recompute``: leaf rows per root a ``--cdr-rule``
-    recompute rule runs layer 0 on, ``inf`` for all; ``options``: the model's own, e.g.
-    ``heads``)."""
+    ``baseline`` and ``runtime`` in bytes; ``options``: the model's own, e.g. ``heads``).
+    ``algo``: the run's :class:`~distgnn.exchange.spec.ExchangeSpec` (what a run checks: its apply
+    mode, input cache and recompute budget are used), or an algorithm name with ``input_cache``,
+    ``apply`` and ``recompute`` (leaf rows per root a recompute rule runs layer 0 on, ``inf`` for
+    all) given apart."""
     f32, i64, i32 = 4, 8, 4
     n, m = shape.n, shape.m
+    spec = registry.shape_spec(model)
+    if isinstance(algo, ExchangeSpec):
+        input_cache = algo.input_cache and spec.input_cache
+        apply, recompute = algo.apply, algo.recompute_budget or 0.0
+        algo = algo.algorithm.name
     algorithm = parse_algorithm(algo)
     at_root = resolve_apply(apply, algorithm) == "root"
     dense = shape.num_roots if at_root and shape.num_roots else n   # rows of the dense work
     exchanges, delay = _algo_delay(algo)
-    spec = registry.shape_spec(model)
     widths = spec.layer_widths(shape.feat_dim, hidden, shape.num_classes, layers, **options)
     label = n * shape.num_classes * f32 if shape.multilabel else n * i64
     kept = input_cache and not at_root and algorithm.keeps_own_input_aggregate(
@@ -205,7 +213,7 @@ def assignment_part_shapes(partdir: str | os.PathLike) -> list[PartShape]:
     import zarr
 
     from distgnn.partition import layout
-    from distgnn.partition.build import open_assignment
+    from distgnn.partition.readers import open_assignment
 
     group, a = open_assignment(Path(partdir))
     parts = int(a["P"])
@@ -232,9 +240,10 @@ def assignment_part_shapes(partdir: str | os.PathLike) -> list[PartShape]:
                            f"(reassign the partition)") from None
 
 
-def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden: int, algo: str,
+def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden: int,
+                         algo: str | ExchangeSpec,
                          baseline: int = DEFAULT_BASELINE_BYTES, input_cache: bool = True,
-                         apply: str = "auto", model: str = "sage", recompute: float = 0.0,
+                         apply: str = "auto", model: str = DEFAULT_MODEL, recompute: float = 0.0,
                          **options: Any) -> int:
     """Estimated peak resident bytes of rank ``k`` training ``partdir`` (``model`` ``layers`` x
     ``hidden`` with its own ``options``, algorithm ``algo``, layer 0's input aggregate cached or
@@ -243,15 +252,16 @@ def estimate_rank_memory(partdir: str | os.PathLike, k: int, layers: int, hidden
                           input_cache, apply, model, recompute=recompute, **options).total
 
 
-def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int, algo: str,
+def estimate_run_memory(partdir: str | os.PathLike, layers: int, hidden: int,
+                        algo: str | ExchangeSpec,
                         baseline: int = DEFAULT_BASELINE_BYTES,
                         input_cache: bool = True, apply: str = "auto",
-                        model: str = "sage", runtime: int = RUNTIME_OVERHEAD_BYTES,
+                        model: str = DEFAULT_MODEL, runtime: int = RUNTIME_OVERHEAD_BYTES,
                         recompute: float = 0.0, **options: Any) -> list[MemoryEstimate]:
     """The estimate of every rank of a run (one per part); ``max(e.total for e in ...)`` is the
     figure to compare with the memory per rank (bytes); ``recompute`` as
     :func:`estimate_shape`."""
-    from distgnn.train.partition_data import read_num_parts
+    from distgnn.partition.part_loader import read_num_parts
 
     num_parts = read_num_parts(partdir)
     return [estimate_shape(read_part_shape(partdir, k), layers, hidden, algo, k, baseline,
@@ -291,42 +301,3 @@ def fits(estimates: list[MemoryEstimate], budget_bytes: int) -> tuple[bool, str]
     return ok, (f"needs {need / 2**30:.2f} GiB for {len(estimates)} rank(s) "
                 f"({'<=' if ok else '>'} {budget_bytes / 2**30:.2f} GiB available)")
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m distgnn.train.memory_estimate PARTDIR --layers L --hidden H --algo A``."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m distgnn.train.memory_estimate",
-                                description="Per-rank memory estimate of a training run.")
-    p.add_argument("partdir")
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--algo", default="cd-0")
-    p.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
-    p.add_argument("--apply", default="auto", help="as distgnn train --apply (default: auto)")
-    p.add_argument("--model", default="sage", choices=registry.names(),
-                   help="as distgnn train --model (default: sage)")
-    p.add_argument("--measure-baseline", action="store_true", help="measure the interpreter baseline")
-    p.add_argument("--json", action="store_true")
-    args = p.parse_args(argv)
-    try:
-        baseline = measure_baseline() if args.measure_baseline else DEFAULT_BASELINE_BYTES
-        estimates = estimate_run_memory(args.partdir, args.layers, args.hidden, args.algo, baseline,
-                                        not args.no_input_cache, args.apply, args.model)
-    except DistgnnError as exc:
-        print(f"memory_estimate: error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps([e.as_dict() for e in estimates]))
-        return 0
-    for e in estimates:
-        d = e.as_dict()
-        print(f"rank {e.k}: {d['total'] / 2**20:,.0f} MiB (" + ", ".join(
-            f"{key} {d[key] / 2**20:,.0f}" for key in ("baseline", "features", "graph", "activations",
-                                                     "exchange", "optimizer")) + " MiB)")
-    print(f"max over ranks: {max(e.total for e in estimates) / 2**20:,.0f} MiB")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

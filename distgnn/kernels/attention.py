@@ -22,8 +22,8 @@ import torch
 
 from distgnn import _native
 from distgnn.errors import DistgnnError
-from distgnn.ops import native_graph, thread_count
-from distgnn.output_pool import POOL
+from distgnn.kernels.ops import native_graph, thread_count
+from distgnn.kernels.output_pool import POOL
 
 #: LeakyReLU slope of the GAT paper (and of DGL's GATConv default)
 SLOPE = 0.2
