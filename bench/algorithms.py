@@ -6,7 +6,8 @@
 An entry of ``--algos`` is ``ALGO[@APPLY][+nodg][+fresh][+rule=NAME]``: the algorithm, optionally its
 ``--apply`` mode (default: auto), ``+nodg`` for ``--no-delayed-gradients``, ``+fresh`` for
 ``--fresh-copies``, ``+rule=NAME`` for ``--cdr-rule NAME`` and ``+budget=B`` for
-``--recompute-budget B`` (e.g. ``cd-5+rule=warm``; ``cd-5@replicas``; ``cd-5+nodg``: cd-5 at the root without its delayed
+``--recompute-budget B`` (e.g. ``cd-5+rule=delayed``; a rule retired from ``--cdr-rule``, such as
+``cd-5+rule=warm-input``, runs through ``python -m bench.retired_rules``; ``cd-5@replicas``; ``cd-5+nodg``: cd-5 at the root without its delayed
 gradients; ``cd-5+fresh``: cd-5 at the root, only the partials delayed). ``--model`` trains another model
 (``--heads`` for GAT; ``--aggregator`` is GraphSAGE's).
 
@@ -28,9 +29,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
 import numpy as np
 
+REPO = Path(__file__).resolve().parents[1]
 #: ``--algos`` suffixes and the ``distgnn train`` option each adds
 SUFFIXES = {"nodg": "--no-delayed-gradients", "fresh": "--fresh-copies"}
 
@@ -54,6 +55,12 @@ def _matches(run: Path, args: argparse.Namespace) -> bool:
     want = {"lr": args.lr, "dropout": args.dropout, "weight_decay": args.weight_decay,
             "hidden": args.hidden, "layers": args.layers, "model": args.model}
     return got.get("epochs") == args.epochs and all(hyper.get(k) == v for k, v in want.items())
+
+
+def retired_names() -> tuple[str, ...]:
+    from bench.retired_rules import NAMES
+
+    return NAMES
 
 
 def main() -> int:
@@ -127,12 +134,15 @@ def main() -> int:
             run = work / "runs" / f"{prefix}{algo.replace('@', '-').replace('+', '-').replace('=', '-')}-seed{seed}"
             if not _matches(run, args):
                 shutil.rmtree(run, ignore_errors=True)
-                sh("mpiexec", "--oversubscribe", "-n", str(args.parts), python, "-m", "distgnn", "train",
+                # a retired rule (bench/retired_rules.py) runs through the CLI that registers it
+                cli = "bench.retired_rules" if set(rules) & set(retired_names()) else "distgnn"
+                sh("mpiexec", "--oversubscribe", "-n", str(args.parts), python, "-m", cli, "train",
                    partdir, "--algo", name, *variant, "--epochs", str(args.epochs), "--seed", str(seed),
                    "--hidden", str(args.hidden), "--layers", str(args.layers), "--lr", str(args.lr),
                    "--model", args.model, *model_options,
                    "--dropout", str(args.dropout), "--weight-decay", str(args.weight_decay), "--threads", str(threads), "--eval-every", "1",
-                   "--out", run, "--quiet", env={**env, "OMP_NUM_THREADS": str(threads)})
+                   "--out", run, "--quiet", env={**env, "OMP_NUM_THREADS": str(threads),
+                                                 "PYTHONPATH": str(REPO)})
             summary = json.loads((run / "summary.json").read_text())
             lines = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
             summary["metrics"] = lines

@@ -53,8 +53,6 @@ RUNS: dict[str, list[str]] = {
 }
 
 
-#: the rules bench/retired_rules.py registers (not offered by distgnn itself)
-RETIRED_RULES = ("warm", "input", "warm-input", "present", "present-input", "warm-recompute")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -79,6 +77,8 @@ def losses(work: Path, parts: int, epochs: int, partdir: Path | None = None
         from distgnn.partition.part_loader import read_num_parts
 
         parts = read_num_parts(partdir)
+    from bench.retired_rules import NAMES as RETIRED_NAMES
+
     retired = [sys.executable, "-m", "bench.retired_rules"]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     out: dict[str, list[float]] = {}
@@ -86,7 +86,7 @@ def losses(work: Path, parts: int, epochs: int, partdir: Path | None = None
         run_dir = work / "runs" / name
         rule = options[options.index("--cdr-rule") + 1] if "--cdr-rule" in options else None
         run(["mpiexec", "--oversubscribe", "-n", str(parts)]
-            + (retired if rule in RETIRED_RULES else exe)
+            + (retired if rule in RETIRED_NAMES else exe)
             + ["train", str(partdir), "--epochs", str(epochs), "--threads", "1", "--quiet",
                "--out", str(run_dir)] + options, env)
         records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

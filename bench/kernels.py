@@ -31,7 +31,7 @@ from bench.common import interleaved_min, machine_line, markdown_table, stream_t
 from bench.graphs import bench_graph
 from distgnn import _native
 from distgnn.kernels import ops
-from distgnn.memory import huge_page_copy
+from distgnn.host_memory import huge_page_copy
 from distgnn.kernels.output_pool import POOL
 from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER, block_permutation, relabel_csr
 

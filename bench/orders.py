@@ -30,7 +30,7 @@ from bench.common import interleaved_min, machine_line, markdown_table
 from bench.graphs import BENCH_GRAPHS, bench_graph
 from distgnn import _native
 from distgnn.kernels import ops
-from distgnn.memory import huge_page_bytes, huge_page_copy, thp_mode
+from distgnn.host_memory import huge_page_bytes, huge_page_copy, thp_mode
 from distgnn.partition.vertex_order import (DEFAULT_VERTEX_ORDER, VERTEX_ORDERS,
                                             block_permutation, relabel_csr)
 

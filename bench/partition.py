@@ -101,7 +101,7 @@ def child_dgl_kernel(graph: str, parts: int, threads: int, workdir: str) -> None
 def _reddit_like_store(work: Path) -> Path:
     """R24 with Reddit-wide features (deterministic) as a graph store; made once, reused."""
     from bench.graphs import bench_graph
-    from distgnn.data.graph_store import write_graph_store
+    from distgnn.data.store_writer import write_graph_store
     from distgnn.data.source import GraphSource
     from distgnn.data.splits import random_split
 
@@ -270,7 +270,7 @@ def main() -> None:
         print(f"\n== 2. hdrf (shuffled order) vs libra (store order) at P = 16", flush=True)
         reddit = work / "synth-reddit-x0.1" / "graph.zarr"
         if not reddit.exists():
-            from distgnn.data.graph_store import write_graph_store
+            from distgnn.data.store_writer import write_graph_store
             from distgnn.data.synthetic import make_twin
             write_graph_store(make_twin("synth-reddit", 0.1, 0), reddit, threads=threads)
         print(f"{'graph':>18} {'RF libra':>9} {'RF libra shuf':>14} {'RF hdrf':>8} "

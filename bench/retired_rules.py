@@ -28,13 +28,14 @@ import sys
 
 import torch
 
-from distgnn.comm import Communicator, Direction, Traffic
+from distgnn.comm import Communicator
 from distgnn.exchange.collectives import Broadcast, Reduce
 from distgnn.exchange.delayed_sum import DelayedSumState
 from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.plans import RootPlans
 from distgnn.exchange.rules import CdrRule, Recompute, register_rule
 from distgnn.exchange.schedule import DelayedSchedule
+from distgnn.row_exchange import Direction, Traffic
 from distgnn.timers import Timers
 
 
@@ -186,6 +187,7 @@ class WarmRecompute(Warm, Recompute):
 
 
 RETIRED = (Warm, Input, WarmInput, Present, PresentInput, WarmRecompute)
+NAMES = tuple(rule.name for rule in RETIRED)
 for rule in RETIRED:
     register_rule(rule)
 

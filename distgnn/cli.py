@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 from distgnn.errors import DistgnnError
-from distgnn.memory import fix_mmap_threshold
+from distgnn.host_memory import fix_mmap_threshold
 from distgnn.progress import set_quiet
 
 #: Subcommand modules under distgnn.commands; each defines ``register(subparsers)`` which adds its

@@ -14,7 +14,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from distgnn import memory
+from distgnn import host_memory
 from distgnn.errors import DistgnnError
 
 GiB = 2**30
@@ -45,10 +45,10 @@ def free_disk_bytes(path: str | os.PathLike) -> int:
 def check(needs: StageNeeds, memory_bytes: tuple[int, str] | None = None,
           disk_free: int | None = None) -> str:
     """Raise one line when ``needs`` exceeds this machine's memory budget
-    (:func:`distgnn.memory.memory_budget`, or ``memory_bytes``) or the free disk
+    (:func:`distgnn.host_memory.memory_budget`, or ``memory_bytes``) or the free disk
     under ``needs.disk_path`` (or ``disk_free``); otherwise return a one-line summary."""
     if memory_bytes is None:
-        memory_bytes = memory.memory_budget()
+        memory_bytes = host_memory.memory_budget()
     have, source = memory_bytes
     free = free_disk_bytes(needs.disk_path) if disk_free is None else disk_free
     skip = "; --no-preflight skips this check"

@@ -48,7 +48,13 @@ class Algorithm:
     name: str
     delay: int          #: r; 0 for cd-0 and 0c
     exchange: bool      #: False for 0c
-    original: bool      #: DistGNN's cd-r rule (cd-<r>-orig)
+    paper_rule: bool    #: DistGNN's own cd-r rule, as its paper states it (cd-<r>-orig)
+
+    @property
+    def cdr_variant(self) -> bool:
+        """distgnn's cd-<r> (r >= 1, not the paper's rule): the one whose options
+        (``--cdr-rule``, ``--fresh-copies``, delayed gradients) may apply."""
+        return self.delay > 0 and not self.paper_rule
 
     @property
     def exact(self) -> bool:
@@ -67,12 +73,12 @@ class Algorithm:
         changes with the weights). cd-r-orig's alternates; cd-0 and one rank use the exact cache
         instead (:meth:`trains_with_input_cache`)."""
         return (parts > 1 and aggregates_first
-                and (not self.exchange or (self.delay > 0 and not self.original)))
+                and (not self.exchange or self.cdr_variant))
 
     @property
     def global_degree(self) -> bool:
         """cd-0 and cd-r divide by the global degree; 0c by the local one (cd-r-orig: per vertex)."""
-        return self.exchange and not self.original
+        return self.exchange and not self.paper_rule
 
 
 def steady_start(algorithm: Algorithm, epochs: int) -> int:
@@ -90,10 +96,10 @@ def parse_algorithm(name: str) -> Algorithm:
         raise DistgnnError(f"--algo: unknown algorithm '{name}' (expected 0c, cd-0, cd-<r> or "
                            f"cd-<r>-orig with r >= 1)")
     if match.group(1):
-        return Algorithm(name, 0, exchange=False, original=False)
+        return Algorithm(name, 0, exchange=False, paper_rule=False)
     if match.group(2):
-        return Algorithm(name, 0, exchange=True, original=False)
-    return Algorithm(name, int(match.group(3)), exchange=True, original=bool(match.group(4)))
+        return Algorithm(name, 0, exchange=True, paper_rule=False)
+    return Algorithm(name, int(match.group(3)), exchange=True, paper_rule=bool(match.group(4)))
 
 
 #: where the dense work runs (``--apply``); see docs/design.md#apply-at-root
@@ -106,7 +112,7 @@ def resolve_apply(apply: str, algorithm: Algorithm) -> str:
     refused in one line."""
     if apply not in APPLY_MODES:
         raise DistgnnError(f"--apply must be one of {', '.join(APPLY_MODES)}, got {apply!r}")
-    runs_at_root = algorithm.exchange and not algorithm.original
+    runs_at_root = algorithm.exchange and not algorithm.paper_rule
     if apply == "auto":
         return "root" if runs_at_root else "replicas"
     if apply == "root" and not runs_at_root:

@@ -222,7 +222,7 @@ def read_chunked(array: zarr.Array, label: str | None = None,
     """The whole array, read one chunk at a time into one preallocated result (zarr's own
     whole-array read holds decode buffers for many chunks at once, about 40% more memory on a
     large array); a damaged chunk is named. ``allocate(shape, dtype)`` makes the result (e.g.
-    :func:`distgnn.memory.huge_page_array`); ``dtype`` (default: the array's) converts chunk by
+    :func:`distgnn.host_memory.huge_page_array`); ``dtype`` (default: the array's) converts chunk by
     chunk, so a float16 array is widened without a second whole copy."""
     if array.ndim == 0:
         return read(array, slice(None), label)

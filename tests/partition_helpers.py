@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from distgnn.data.graph_store import write_graph_store
+from distgnn.data.store_writer import write_graph_store
 from distgnn.data.source import GraphSource
 from distgnn.data.splits import random_split
 

@@ -109,11 +109,11 @@ def test_spools_are_named_as_temporaries_of_their_store(tmp_path: Path, monkeypa
     assert atomic.owner(part, rows.path.name) == (atomic.host(), os.getpid())
     rows.close()
 
-    import distgnn.data.graph_store as graph_store
+    import distgnn.data.store_writer as store_writer
 
     seen = []
-    real = graph_store.build_csr
-    monkeypatch.setattr(graph_store, "build_csr",
+    real = store_writer.build_csr
+    monkeypatch.setattr(store_writer, "build_csr",
                         lambda source, work, *a: seen.append(work) or real(source, work, *a))
     source = tmp_path / "npy"
     write_npy_graph(source)

@@ -18,7 +18,7 @@ import pytest
 
 import formats
 from distgnn import zarr_io
-from distgnn.data import graph_store, ogb_source, synthetic
+from distgnn.data import ogb_source, store_writer, synthetic
 from distgnn.data.fetch import fetch
 from distgnn.data.graph_store import GraphStore
 from distgnn.partition import assign
@@ -51,7 +51,7 @@ def small_blocks(monkeypatch):
     # zarr chunks of 64 KiB instead of 8 MiB: at both sizes every array's chunks are full size
     small_chunks = functools.partial(zarr_io.rows_per_chunk, target=64 << 10)
     monkeypatch.setattr(zarr_io, "rows_per_chunk", small_chunks)
-    monkeypatch.setattr(graph_store, "rows_per_chunk", small_chunks)
+    monkeypatch.setattr(store_writer, "rows_per_chunk", small_chunks)
     monkeypatch.setattr(synthetic, "EDGE_BLOCK", 1 << 16)
     # a forward seek in a compressed npz member reads and drops up to 16 MiB at a time
     monkeypatch.setattr(zipfile.ZipExtFile, "MAX_SEEK_READ", 1 << 16)

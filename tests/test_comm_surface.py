@@ -20,9 +20,11 @@ import pytest
 import torch
 
 import distgnn.comm as comm_module
+import distgnn.row_exchange as row_module
 from conftest import REPO, mpiexec
-from distgnn.comm import Communicator, Direction, RowPlan, Traffic
+from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError
+from distgnn.row_exchange import Direction, RowPlan, Traffic
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
 
@@ -186,7 +188,7 @@ def test_pieces_are_counted_in_rows(fake_mpi, width: int, dtype, payload, base: 
 
 
 def test_a_large_block_travels_in_pieces_of_at_most_piece_bytes(fake_mpi, monkeypatch) -> None:
-    monkeypatch.setattr(comm_module, "PIECE_BYTES", 3 * 16)  # three rows of 4 float32
+    monkeypatch.setattr(row_module, "PIECE_BYTES", 3 * 16)  # three rows of 4 float32
     fake = FakeComm()
     comm = Communicator(fake)
     rows = torch.arange(8 * 4, dtype=torch.float32).reshape(8, 4)
@@ -195,7 +197,7 @@ def test_a_large_block_travels_in_pieces_of_at_most_piece_bytes(fake_mpi, monkey
     assert [r.call for r in fake.calls] == ["send"] * 3
     assert [len(p) for p in pieces] == [3, 3, 2]
     assert np.array_equal(np.concatenate(pieces), rows.numpy())  # in order, every row once
-    monkeypatch.setattr(comm_module, "PIECE_BYTES", 8)  # under one row: still one row a piece
+    monkeypatch.setattr(row_module, "PIECE_BYTES", 8)  # under one row: still one row a piece
     comm.exchange_rows(rows[:2], plan([0, 0, 2]), plan([0, 0, 0]), Traffic.FORWARD)
     assert [len(r.message[0]) for r in fake.calls[3:]] == [1, 1]
 
@@ -205,7 +207,7 @@ def test_a_wait_names_the_peers_it_still_waits_for(fake_mpi) -> None:
     seen = []
 
     def wait_one(requests: list) -> list[int] | None:
-        seen.append(comm_module.WAITS.now())
+        seen.append(row_module.WAITS.now())
         pending = [i for i, r in enumerate(requests) if not r.done]
         if pending:
             requests[pending[0]].done = True
@@ -213,14 +215,14 @@ def test_a_wait_names_the_peers_it_still_waits_for(fake_mpi) -> None:
 
     fake_mpi.Request = SimpleNamespace(Waitsome=wait_one, Testsome=lambda requests: [])
     comm = Communicator(FakeComm(size=3))
-    before = comm_module.WAITS.pieces
+    before = row_module.WAITS.pieces
     comm.exchange_rows(torch.ones(3, 2), plan([0, 0, 1, 3]), plan([0, 0, 2, 3]), "forward", "reduce")
     # posted in order: receive from 1, receive from 2, send to 1, send to 2; one completes a call,
     # and the wait returns as soon as the last has
     call = "exchange_rows(forward, reduce)"
     assert [(c, peers) for c, peers, _ in seen] == [(call, (1, 2))] * 3 + [(call, (2,))]
-    assert comm_module.WAITS.pieces - before == 4
-    assert comm_module.WAITS.now() == (None, None, 0.0)
+    assert row_module.WAITS.pieces - before == 4
+    assert row_module.WAITS.now() == (None, None, 0.0)
 
 
 @pytest.mark.mpi
@@ -289,12 +291,12 @@ def test_the_progress_thread_posts_the_window_while_the_rank_computes(fake_mpi, 
     """Where MPI allows threads, pieces that leave while this rank makes no MPI call free the next
     ones at once: the progress thread completes them and posts the rest, so the exchange is done
     before its wait; with DISTGNN_PROGRESS_THREAD=off the window stays where it was."""
-    monkeypatch.setattr(comm_module, "PIECE_BYTES", 16)  # one row of 4 float32 a piece
+    monkeypatch.setattr(row_module, "PIECE_BYTES", 16)  # one row of 4 float32 a piece
     fake_mpi.Request.Testsome = lambda requests: [i for i, r in enumerate(requests)
                                                   if not r.done and not setattr(r, "done", True)]
     rows = torch.arange(6 * 4, dtype=torch.float32).reshape(6, 4)
     for setting, threads in (("off", 3), ("on", 0), ("on", 3)):  # thread level 3: MULTIPLE
-        monkeypatch.setenv(comm_module.PROGRESS_THREAD, setting)
+        monkeypatch.setenv(row_module.PROGRESS_THREAD, setting)
         fake_mpi.Query_thread = lambda: threads
         fake = FakeComm()
         comm = Communicator(fake)
@@ -307,8 +309,8 @@ def test_the_progress_thread_posts_the_window_while_the_rank_computes(fake_mpi, 
             assert pending.done and len(fake.calls) == 6
             assert np.array_equal(np.concatenate([r.message[0] for r in fake.calls]), rows.numpy())
         else:
-            assert not pending.done and len(fake.calls) == comm_module.SEND_WINDOW
-        assert not comm._thread or not comm._thread.is_alive()
+            assert not pending.done and len(fake.calls) == row_module.SEND_WINDOW
+        assert not comm.row_engine._thread or not comm.row_engine._thread.is_alive()
 
 
 @pytest.mark.mpi
@@ -319,7 +321,7 @@ def test_a_posted_exchange_completes_while_the_ranks_compute() -> None:
     either way)."""
     script = str(SCRIPTS / "progress_thread.py")
     for setting, expected in (("on", "True"), ("off", "False")):
-        proc = run_bounded(2, [script], {comm_module.PROGRESS_THREAD: setting}, timeout=90)
+        proc = run_bounded(2, [script], {row_module.PROGRESS_THREAD: setting}, timeout=90)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.strip() == f"done before the wait: {expected}", (setting, proc.stdout)
 
@@ -328,12 +330,12 @@ def test_sends_to_a_peer_keep_a_window_of_pieces_in_flight(fake_mpi, monkeypatch
     """Five pieces to rank 1: SEND_WINDOW posted at once, the next as one completes, whether in
     the exchange's own wait or in a later MPI call of the communicator (which completes what has
     arrived without blocking); in order, every row once."""
-    monkeypatch.setattr(comm_module, "PIECE_BYTES", 16)  # one row of 4 float32 a piece
+    monkeypatch.setattr(row_module, "PIECE_BYTES", 16)  # one row of 4 float32 a piece
     fake = FakeComm()
     comm = Communicator(fake)
     rows = torch.arange(5 * 4, dtype=torch.float32).reshape(5, 4)
     pending = comm.exchange_rows_async(rows, plan([0, 0, 5]), plan([0, 0, 0]), Traffic.FORWARD)
-    assert len(fake.calls) == comm_module.SEND_WINDOW == 2
+    assert len(fake.calls) == row_module.SEND_WINDOW == 2
     fake_mpi.Request.Testsome = lambda requests: [0] if not requests[0].done and not setattr(
         requests[0], "done", True) else []  # the first piece in flight has left
     comm.exchange_rows(torch.zeros(0, 4), plan([0, 0, 0]), plan([0, 0, 0]), Traffic.EVAL)

@@ -13,10 +13,10 @@ import numpy as np
 import torch
 
 from distgnn.kernels import ops
-from distgnn.comm import RowPlan
 from distgnn.exchange.compact import compact_rows
 from distgnn.exchange.norms import kernel_weights
 from distgnn.exchange.plans import RootPlans
+from distgnn.row_exchange import RowPlan
 
 #: local edges (source, destination)
 EDGES = [(3, 0), (5, 0), (4, 1), (0, 2), (4, 2), (1, 4), (3, 4), (0, 1)]

@@ -2,6 +2,7 @@
 ``fetch`` into ``graph.zarr``, checked against plain numpy references."""
 from __future__ import annotations
 
+import functools
 import pickle
 from pathlib import Path
 
@@ -272,6 +273,15 @@ def test_planetoid_pickle_cannot_run_code(tmp_path):
 
 # --- Reddit npz ------------------------------------------------------------------------------
 
+#: the Reddit reader fetch calls (it picks DGL's loader when DGL is importable)
+READ_REDDIT = reddit.read_reddit
+
+
+def force_reddit_reader(monkeypatch, reader: str) -> None:
+    """Make ``fetch`` read Reddit with ``reader`` (``own`` or ``dgl``), DGL installed or not."""
+    monkeypatch.setattr(reddit, "read_reddit", functools.partial(READ_REDDIT, reader=reader))
+
+
 def make_reddit(tmp_path: Path, fmt: str = "coo", sub: str = "reddit", symmetric: bool = True):
     rng = np.random.default_rng(5)
     n, e, f = 45, 160, 9
@@ -291,7 +301,7 @@ def make_reddit(tmp_path: Path, fmt: str = "coo", sub: str = "reddit", symmetric
 def test_reddit_own_reader_matches_reference_and_dgl(tmp_path, monkeypatch, symmetric):
     folder, pairs, feat, labels, node_types = make_reddit(tmp_path, symmetric=symmetric)
     monkeypatch.setattr(reddit, "EDGE_BLOCK", 31)
-    monkeypatch.setenv(reddit.READER_ENV, "own")
+    force_reddit_reader(monkeypatch, "own")
     own = GraphStore.open(fetch("reddit", root=tmp_path / "own", source=folder, budget=9 * 4 * 8))
     n = len(feat)
     check_csr(own, pairs[:, 0], pairs[:, 1])
@@ -301,7 +311,7 @@ def test_reddit_own_reader_matches_reference_and_dgl(tmp_path, monkeypatch, symm
         np.testing.assert_array_equal(own[key][:], node_types == kind)
     assert own.attrs["num_classes"] == 41 and not own.attrs["directed"]
 
-    monkeypatch.setenv(reddit.READER_ENV, "dgl")
+    force_reddit_reader(monkeypatch, "dgl")
     via_dgl = GraphStore.open(fetch("reddit", root=tmp_path / "dgl", source=folder))
     assert via_dgl.attrs["checksum"] == own.attrs["checksum"]
     assert not list(folder.glob("*.bin")) and not list(folder.rglob("dgl_graph*"))
@@ -309,7 +319,7 @@ def test_reddit_own_reader_matches_reference_and_dgl(tmp_path, monkeypatch, symm
 
 
 def test_reddit_csr_file_and_zip_give_the_same_store(tmp_path, monkeypatch):
-    monkeypatch.setenv(reddit.READER_ENV, "own")
+    force_reddit_reader(monkeypatch, "own")
     coo, *_ = make_reddit(tmp_path, "coo", "coo")
     csr, *_ = make_reddit(tmp_path, "csr", "csr")
     archive = formats.zip_folder(coo, tmp_path / "reddit.zip", "")
@@ -319,7 +329,7 @@ def test_reddit_csr_file_and_zip_give_the_same_store(tmp_path, monkeypatch):
 
 
 def test_reddit_label_out_of_range_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setenv(reddit.READER_ENV, "own")
+    force_reddit_reader(monkeypatch, "own")
     folder, pairs, feat, labels, node_types = make_reddit(tmp_path)
     labels[3] = 41
     formats.write_reddit(folder, feat=feat, labels=labels, node_types=node_types,
@@ -363,7 +373,7 @@ def _papers(tmp_path: Path) -> Path:
                                   "npz-truncated", "pickle-truncated", "pickle-missing",
                                   "reddit-truncated"])
 def test_damaged_source_is_one_line_and_leaves_no_store(tmp_path, monkeypatch, case):
-    monkeypatch.setenv(reddit.READER_ENV, "own")
+    force_reddit_reader(monkeypatch, "own")
     if case.startswith("pickle"):
         dataset, (folder, *_) = "cora", make_planetoid(tmp_path, "cora", False)
         target = folder / "ind.cora.allx"
@@ -436,7 +446,7 @@ class _Server:
 
 @pytest.mark.parametrize("dataset", ["cora", "reddit", "ogbn-products"])
 def test_download_then_convert_matches_source(tmp_path, monkeypatch, dataset):
-    monkeypatch.setenv(reddit.READER_ENV, "own")
+    force_reddit_reader(monkeypatch, "own")
     served = tmp_path / "served"
     served.mkdir()
     if dataset == "cora":
@@ -561,7 +571,7 @@ def test_csv_blocks_hold_at_most_the_requested_rows(tmp_path):
 
 def test_undirected_flag_does_not_double_symmetric_sources(tmp_path, monkeypatch):
     """cora and reddit already hold both directions: --undirected must not add a second copy."""
-    monkeypatch.setenv(reddit.READER_ENV, "own")
+    force_reddit_reader(monkeypatch, "own")
     cora, *_ = make_planetoid(tmp_path, "cora", False)
     red, *_ = make_reddit(tmp_path)
     for dataset, folder in (("cora", cora), ("reddit", red)):

@@ -62,7 +62,7 @@ def test_assign_and_build_refuse_what_does_not_fit(tmp_path: Path, monkeypatch, 
     graph, _ = partitioned_twin(tmp_path, 2)
     out = tmp_path / "p4"
     capsys.readouterr()
-    monkeypatch.setattr("distgnn.memory.memory_budget", lambda: (1 << 20, "a test budget"))
+    monkeypatch.setattr("distgnn.host_memory.memory_budget", lambda: (1 << 20, "a test budget"))
     assert main(["partition", "assign", str(graph), "--parts", "4", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "partition assign libra P=4: needs about" in err[0]
@@ -71,7 +71,7 @@ def test_assign_and_build_refuse_what_does_not_fit(tmp_path: Path, monkeypatch, 
     assert main(["partition", "assign", str(graph), "--parts", "4", "--out", str(out),
                  "--no-preflight", "--quiet"]) == 0
     capsys.readouterr()
-    monkeypatch.setattr("distgnn.memory.memory_budget", lambda: (1 << 40, "plenty"))
+    monkeypatch.setattr("distgnn.host_memory.memory_budget", lambda: (1 << 40, "plenty"))
     monkeypatch.setattr(preflight, "free_disk_bytes", lambda path: 1000)
     assert main(["partition", "build", str(out), "--part", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

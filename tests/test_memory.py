@@ -1,10 +1,10 @@
-"""Process memory helpers (distgnn/memory.py): 2 MB-page buffers and the reports about them."""
+"""Process memory helpers (distgnn/host_memory.py): 2 MB-page buffers and the reports about them."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from distgnn import memory
+from distgnn import host_memory as memory
 
 
 def test_huge_page_array_is_aligned_usable_and_falls_back_when_small() -> None:

@@ -14,7 +14,7 @@ from distgnn.data.graph_store import GraphStore
 from distgnn.partition.assign import assign_graph
 from distgnn.partition.part_writer import build_all
 from distgnn.partition.layout import MASKS, METHODS
-from distgnn.partition.verify import verify_partition
+from distgnn.partition.part_checks import verify_partition
 from distgnn.partition.vertex_order import VERTEX_ORDERS, local_degree
 from distgnn.progress import set_quiet
 from partition_helpers import make_store
@@ -178,7 +178,7 @@ def test_vertex_order_keys(stores, tmp_path, order):
 
 def test_rcm_narrows_the_band(tmp_path):
     """A path graph numbered at random: reverse Cuthill-McKee gives back bandwidth 1."""
-    from distgnn.data.graph_store import write_graph_store
+    from distgnn.data.store_writer import write_graph_store
     from distgnn.data.source import GraphSource
 
     n = 50

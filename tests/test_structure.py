@@ -97,10 +97,10 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 #: ``__init__`` (its lazy ``distgnn.train_model``) sits on the top floor with the commands.
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("distgnn.errors", "distgnn.vocabulary", "distgnn.options", "distgnn.atomic",
-              "distgnn.progress", "distgnn.zarr_io", "distgnn.memory", "distgnn.preflight",
+              "distgnn.progress", "distgnn.zarr_io", "distgnn.host_memory", "distgnn.preflight",
               "distgnn.compat", "distgnn.timers")),
     ("kernels", ("distgnn.kernels",)),
-    ("comm", ("distgnn.comm",)),
+    ("comm", ("distgnn.comm", "distgnn.row_exchange")),
     ("stores", ("distgnn.data", "distgnn.partition")),
     ("exchange", ("distgnn.exchange",)),
     ("models", ("distgnn.models",)),

@@ -160,7 +160,7 @@ def test_vertex_order_and_huge_pages_change_no_result(tmp_path: Path) -> None:
     """A part in vertex order dbg on 2 MB pages (the defaults) trains to the losses and accuracies
     of one in order none on ordinary pages (float rounding apart: the sums run in another order);
     summary.json says what was asked and how much memory the kernel gave on huge pages."""
-    from distgnn.memory import thp_mode
+    from distgnn.host_memory import thp_mode
 
     graph = fetch("synth-reddit", root=tmp_path / "data", scale=0.02, threads=1)  # feat: 11 MB
     results = {}

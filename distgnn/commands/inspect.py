@@ -16,11 +16,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def describe(path: Path) -> str:
     if (path / "indptr").exists() and (path / "feat").exists():
-        from distgnn.data.describe import describe_graph
+        from distgnn.data.graph_summary import describe_graph
         from distgnn.data.graph_store import GraphStore
         return describe_graph(GraphStore.open(path))
     if (path / "assignment.zarr").exists():
-        from distgnn.partition.describe import describe_partition
+        from distgnn.partition.part_summary import describe_partition
         return describe_partition(path)
     if (path / "graph.zarr").exists():
         return describe(path / "graph.zarr")

@@ -27,13 +27,13 @@ def run(args: argparse.Namespace) -> int:
     set_quiet(args.quiet)
     path = Path(args.partdir)
     if not (path / "assignment.zarr").exists() and (path / "indptr").is_dir():
-        from distgnn.data.verify_graph import verify_graph_store
+        from distgnn.data.graph_checks import verify_graph_store
 
         if args.graph:
             raise DistgnnError(f"--graph: only for a partition folder ({path} is a graph store)")
         print(verify_graph_store(path))
         return 0
-    from distgnn.partition.verify import verify_partition
+    from distgnn.partition.part_checks import verify_partition
 
     print(verify_partition(args.partdir, args.graph))
     return 0

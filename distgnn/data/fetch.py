@@ -8,10 +8,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from distgnn.data.catalog import DATASETS, OGB_DATASETS, PLANETOID_DATASETS
-from distgnn.data.graph_store import (DEFAULT_CHUNK_BUDGET, DEFAULT_CSR_BUDGET, check_feature_dtype,
-                                      store_name, write_graph_store)
+from distgnn.data.catalog import (DATASETS, DEFAULT_CHUNK_BUDGET, DEFAULT_CSR_BUDGET, OGB_DATASETS,
+                                  PLANETOID_DATASETS)
+from distgnn.data.graph_store import store_name
 from distgnn.data.source import GraphSource, RowChunks
+from distgnn.data.store_writer import check_feature_dtype, write_graph_store
 from distgnn.data.synthetic import TWINS, make_twin, twin_size
 from distgnn.errors import DistgnnError
 from distgnn.preflight import check, fetch_needs
@@ -97,8 +98,8 @@ def fetch(dataset: str, *, root: str | Path = "data", source: str | Path | None 
     """Write ``<root>/<store>/graph.zarr`` and return its path; an existing complete store is kept
     unless ``force``. ``normalize_features``: store each feature row divided by its sum
     (:func:`row_normalized`); ``feature_dtype``: the features' on-disk form
-    (:data:`distgnn.data.graph_store.FEATURE_DTYPES`); ``csr_budget``: bytes of CSR indices built
-    at once (:class:`distgnn.data.graph_store.SpooledCsr`); ``preflight``: refuse, before any work,
+    (:data:`distgnn.data.catalog.FEATURE_DTYPES`); ``csr_budget``: bytes of CSR indices built
+    at once (:class:`distgnn.data.csr_builder.SpooledCsr`); ``preflight``: refuse, before any work,
     a conversion whose memory or disk would not fit (:mod:`distgnn.preflight`; sources that know
     their edge count beforehand: twins and npy folders)."""
     check_feature_dtype(feature_dtype)

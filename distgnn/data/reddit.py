@@ -8,12 +8,11 @@ graph already lists both directions, so it is stored as given.
 
 Two readers give the same store: DGL's ``RedditDataset`` when DGL is installed (vertex order kept
 as published: its reverse Cuthill-McKee relabelling is switched off, so the store does not depend on
-whether DGL is present), and our own streamed reader of the same npz files otherwise. The environment
-variable ``DISTGNN_REDDIT_READER`` (``auto``, ``dgl`` or ``own``) or the ``reader`` argument forces one.
+whether DGL is present), and our own streamed reader of the same npz files otherwise. The ``reader``
+argument (``auto``, ``dgl`` or ``own``) forces one.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Iterator
 from unittest import mock
@@ -28,7 +27,6 @@ from distgnn.errors import DistgnnError
 URL = "https://data.dgl.ai/dataset/reddit.zip"
 DATA, GRAPH = "reddit_data.npz", "reddit_graph.npz"
 NUM_CLASSES = 41
-READER_ENV = "DISTGNN_REDDIT_READER"
 READERS = ("auto", "dgl", "own")
 EDGE_BLOCK = 1 << 22
 SOURCE_HELP = f"DIR (a folder with {DATA} and {GRAPH}, or reddit.zip)"
@@ -74,11 +72,11 @@ def locate(source: Path | None, download_dir: Path) -> tuple[Path, str]:
 
 def read_reddit(dataset: str, *, source: Path | None = None, download_dir: Path,
                 undirected: bool = False, seed: int = 0, reader: str | None = None) -> GraphSource:
-    """A :class:`GraphSource` for Reddit; ``reader`` (or $DISTGNN_REDDIT_READER) picks DGL's loader
-    or ours (default ``auto``: DGL's when importable)."""
-    choice = reader or os.environ.get(READER_ENV) or "auto"
+    """A :class:`GraphSource` for Reddit; ``reader`` picks DGL's loader or ours (default
+    ``auto``: DGL's when importable)."""
+    choice = reader or "auto"
     if choice not in READERS:
-        raise DistgnnError(f"{READER_ENV}={choice}: expected one of {', '.join(READERS)}")
+        raise DistgnnError(f"reader '{choice}': expected one of {', '.join(READERS)}")
     folder, origin = locate(source, download_dir)
     if choice == "auto":
         from distgnn.compat import import_dgl

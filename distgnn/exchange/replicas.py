@@ -184,7 +184,7 @@ class ReplicaAggregation(ModeAndMessages):
 
     def _delayed(self, layer: int, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cd-r and cd-r-orig at this layer's current training step; returns (a, degree)."""
-        r, original = self.algorithm.delay, self.algorithm.original
+        r, original = self.algorithm.delay, self.algorithm.paper_rule
         n, width = p.shape
         state = self.layers.setdefault(layer, ReplicaLayerState())
         if state.remote is None:

@@ -20,7 +20,7 @@ def cdr_at_root(algorithm: Algorithm, apply: str) -> bool:
     """The one predicate "cd-r at the root": distgnn's cd-<r> with the dense work at the roots
     (``apply`` resolved). Only there do ``--cdr-rule``, ``--fresh-copies``, delayed gradients and
     ``--recompute-budget`` apply."""
-    return algorithm.delay > 0 and not algorithm.original and apply == "root"
+    return algorithm.cdr_variant and apply == "root"
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from distgnn.memory import proc_kib_field
+from distgnn.host_memory import proc_kib_field
 
 
 #: dtypes an output may have (numpy can view a block as these)

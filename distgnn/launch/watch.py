@@ -48,11 +48,6 @@ def squeue_state(job_id: str) -> str:
     return active[0] if active else (states[0] if states else "")
 
 
-def squeue_active(job_id: str) -> bool:
-    """True while ``squeue`` lists ``job_id`` in an active state (pending, running, requeued...)."""
-    return squeue_state(job_id) in ACTIVE_STATES
-
-
 def tail(path: Path, lines: int = 30) -> str:
     """The last ``lines`` lines of a text file ('' when it does not exist)."""
     try:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from distgnn.comm import RowPlan
+from distgnn.row_exchange import RowPlan
 from distgnn.errors import DistgnnError
 from distgnn.partition.layout import check_layout
 from distgnn.zarr_io import open_checked, read_chunked
@@ -92,7 +92,7 @@ def load_partition(partition_dir: str | os.PathLike, k: int,
         raise DistgnnError(f"{path}: missing part (partition folder incomplete)")
     group = open_checked(path, PART_ARRAYS)
     check_layout(path, dict(group.attrs))
-    from distgnn.memory import huge_page_array
+    from distgnn.host_memory import huge_page_array
 
     # feat is float32 in memory whatever its on-disk form (float16 stores widen chunk by chunk)
     arrays = {name: read_chunked(group[name], f"{path}/{name}",

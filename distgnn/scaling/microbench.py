@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from distgnn.comm import Communicator, RowPlan, Traffic
+from distgnn.comm import Communicator
+from distgnn.row_exchange import RowPlan, Traffic
 
 
 def _median_time(fn, repeats: int, comm: Communicator) -> float:

@@ -4,8 +4,8 @@
 starting ``distgnn train`` (it reads only attributes: no array is loaded). Components, in bytes:
 
 * ``baseline``: the interpreter with torch, mpi4py, zarr and the native module imported
-  (:data:`DEFAULT_BASELINE_BYTES`, or :func:`measure_baseline` on the machine at hand: this
-  module's ``--measure-baseline``, ``bench/full_size.py``);
+  (:data:`DEFAULT_BASELINE_BYTES`, or :func:`measure_baseline` on the machine at hand:
+  ``distgnn scaling-model estimate-memory --measure-baseline``, ``bench/full_size.py``);
 * ``runtime``: what a rank holds beyond its imports before any graph-sized tensor (thread pools,
   lazily loaded kernels, MPI's segments): :data:`RUNTIME_OVERHEAD_BYTES`, or :func:`fit_runtime`
   measured from a run on a graph too small to matter, where the other components are near zero;
@@ -46,14 +46,15 @@ from typing import Any
 
 from distgnn.errors import DistgnnError
 from distgnn.exchange.spec import ExchangeSpec
-from distgnn.memory import cgroup_memory_left, memory_budget, slurm_memory_bytes  # noqa: F401 (re-exported)
+from distgnn.host_memory import cgroup_memory_left, memory_budget, slurm_memory_bytes  # noqa: F401 (re-exported)
 from distgnn.models import registry
 from distgnn.models.registry import DEFAULT_MODEL
 from distgnn.vocabulary import parse_algorithm, resolve_apply
 
 #: RSS of ``python -c "import torch, mpi4py.MPI, zarr, distgnn._native, distgnn.train.trainer"``
 #: as measure_baseline() found it on the development machine (bench/README.md, "Memory estimate
-#: calibration"); the checks of ``launch`` and ``train`` use it, ``--measure-baseline`` measures.
+#: calibration"); the checks of ``launch`` and ``train`` use it; ``estimate-memory
+#: --measure-baseline`` measures it here.
 DEFAULT_BASELINE_BYTES = 241 * 2**20
 #: What a rank holds beyond its imports before any graph-sized tensor (torch's and OpenMP's
 #: thread pools, lazily loaded kernels, MPI's shared-memory segments): the intercept of measured

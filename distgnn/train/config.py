@@ -64,7 +64,7 @@ class TrainConfig:
     #: (distgnn/train/watchdog.py; 0: no watchdog). Not an epoch time limit.
     hang_timeout_s: float = 600.0
     #: features, CSR, transpose and torch's large buffers on 2 MB pages where the kernel allows
-    #: (distgnn/memory.py); a run setting, not a hyperparameter
+    #: (distgnn/host_memory.py); a run setting, not a hyperparameter
     huge_pages: bool = True
     #: node-local folder each rank copies its part to before loading (docs/design.md#staging);
     #: a run setting, not a hyperparameter
@@ -99,7 +99,7 @@ class TrainConfig:
 def check_attention(config: TrainConfig, algorithm: Algorithm, who: str) -> None:
     """Refuse, in one line naming ``who``, what attention cannot run under: cd-r-orig, cd-r on
     the replicas and bf16 (docs/design.md#gat)."""
-    if algorithm.original:
+    if algorithm.paper_rule:
         raise DistgnnError(f"{who}: {algorithm.name} has no attention rule; use cd-"
                            f"{algorithm.delay} (at the root)")
     if algorithm.delay > 0 and resolve_apply(config.apply, algorithm) != "root":

@@ -26,7 +26,7 @@ import torch
 from distgnn.kernels import ops, tiling
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
-from distgnn.memory import huge_page_bytes, thp_mode
+from distgnn.host_memory import huge_page_bytes, thp_mode
 from distgnn.progress import is_quiet
 from distgnn.train import checkpoint as ckpt
 from distgnn.train.adam import Adam

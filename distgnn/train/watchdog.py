@@ -6,8 +6,9 @@ time, with one line naming the ranks, their hosts and what they were waiting for
 Every rank runs one thread that, every ``interval`` seconds, rewrites its heartbeat file
 ``<run_dir>/.heartbeats/rank_<k>`` (:class:`Heartbeat`: a counter, its pid and host, what it is
 doing, and the MPI call it waits in with the ranks it waits for and for how long that wait has
-made no progress, from :data:`distgnn.comm.WAITS`). Rank 0 reads every other file; every other
-rank reads rank 0's alone, so an interval costs P writes and 2 (P - 1) reads however large P is.
+made no progress, from :data:`distgnn.row_exchange.WAITS`). Rank 0 reads every other file; every
+other rank reads rank 0's alone, so an interval costs P writes and 2 (P - 1) reads however large P
+is.
 Files are compared on the reader's own clock, so clocks of different nodes never meet.
 
 Rank 0 ends the job when
@@ -37,7 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from distgnn.comm import WAITS, WaitState
+from distgnn.row_exchange import WAITS, WaitState
 
 HEARTBEATS = ".heartbeats"
 #: exit status of a process ended by the watchdog

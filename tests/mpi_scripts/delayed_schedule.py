@@ -18,12 +18,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))   # bench/, for its
 import numpy as np
 import torch
 
-from distgnn.comm import Communicator, RowPlan
+from distgnn.comm import Communicator
 from distgnn.exchange import ReplicaAggregation, RootAggregation
 from distgnn.exchange.rules import CdrRule, Recompute
 from distgnn.exchange.spec import ExchangeSpec
 from distgnn.exchange.recompute import RECOMPUTED_LAYER
 from distgnn.partition.part_loader import PartitionData
+from distgnn.row_exchange import RowPlan
 from distgnn.timers import Timers
 from distgnn.vocabulary import parse_algorithm
 

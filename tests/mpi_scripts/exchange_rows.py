@@ -1,8 +1,8 @@
 """Run under ``mpiexec -n P`` (P = 2 or 3): row exchanges of widths 1, 3 and 128, in float32,
 float64 and float32 sent as bfloat16, whole and cut into pieces of one row, through
-distgnn.comm.Communicator, against the rows each rank must receive. A spy on the communicator
-checks that MPI is handed pieces counted in rows of one whole-row datatype, no larger than
-PIECE_BYTES allows, covering every row sent. Rank 0 prints ``ok`` when every rank agrees; exit 1
+distgnn.comm.Communicator (its row engine, distgnn.row_exchange), against the rows each rank must
+receive. A spy on the communicator checks that MPI is handed pieces counted in rows of one
+whole-row datatype, no larger than PIECE_BYTES allows, covering every row sent. Rank 0 prints ``ok`` when every rank agrees; exit 1
 otherwise."""
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import torch
 
-import distgnn.comm as comm_module
-from distgnn.comm import Communicator, RowPlan
+import distgnn.row_exchange as row_exchange
+from distgnn.comm import Communicator
+from distgnn.row_exchange import RowPlan
 
 
 class Spy:
@@ -65,7 +66,7 @@ def main() -> int:
         elsize = torch.empty(0, dtype=payload or dtype).element_size()
         for width in (1, 3, 128):
             for piece_rows in (None, 1):
-                comm_module.PIECE_BYTES = (1 << 20) if piece_rows is None else piece_rows * width * elsize
+                row_exchange.PIECE_BYTES = (1 << 20) if piece_rows is None else piece_rows * width * elsize
                 spy.sends.clear(), spy.recvs.clear()
                 rows = torch.cat([block(me, j, width) for j in range(size)]).to(dtype)
                 got = comm.exchange_rows(rows, send, recv, "forward")

@@ -9,7 +9,8 @@ import time
 import numpy as np
 import torch
 
-from distgnn.comm import Communicator, RowPlan, Traffic
+from distgnn.comm import Communicator
+from distgnn.row_exchange import RowPlan, Traffic
 
 torch.set_num_threads(1)
 comm = Communicator()

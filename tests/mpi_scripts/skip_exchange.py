@@ -10,8 +10,9 @@ import sys
 import numpy as np
 import torch
 
-from distgnn.comm import Communicator, RowPlan
+from distgnn.comm import Communicator
 from distgnn.commands.ranks import run_on_ranks
+from distgnn.row_exchange import RowPlan
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 # Helpers shared by all stages: store names, target lists, command-line options.
 from distgnn.data.graph_store import store_name
-from distgnn.report.make import REPORT_FILES  # the files every report writes
+from distgnn.report.write_report import REPORT_FILES  # the files every report writes
 from distgnn.partition.layout import LAYOUT_VERSION
 from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER
 from distgnn.errors import DistgnnError
@@ -73,13 +73,13 @@ def train_options(algo):
     if t.get("apply", "auto") != "auto":
         options.append(f"--apply {t['apply']}")
     algorithm = parse_algorithm(algo)
-    if t.get("delayed_gradients") is not None and algorithm.delay > 0 and not algorithm.original:
+    if t.get("delayed_gradients") is not None and algorithm.cdr_variant:
         options.append("--delayed-gradients" if t["delayed_gradients"] else "--no-delayed-gradients")
-    if t.get("fresh_copies") and algorithm.delay > 0 and not algorithm.original:
+    if t.get("fresh_copies") and algorithm.cdr_variant:
         options.append("--fresh-copies")
-    if t.get("cdr_rule") and algorithm.delay > 0 and not algorithm.original:
+    if t.get("cdr_rule") and algorithm.cdr_variant:
         options.append(f"--cdr-rule {t['cdr_rule']}")
-    if t.get("recompute_budget") is not None and algorithm.delay > 0 and not algorithm.original:
+    if t.get("recompute_budget") is not None and algorithm.cdr_variant:
         options.append(f"--recompute-budget {t['recompute_budget']}")
     return " ".join(options)
 
