@@ -6,7 +6,7 @@ import sys
 from snakemake.utils import min_version, validate
 from distgnn.models.registry import BUILT_IN, DEFAULT_MODEL
 from distgnn.vocabulary import ALGO_PATTERN  # the one grammar of names
-from distgnn.workflow_config import registry_mismatch, unknown_key_in
+from distgnn.workflow_config import registry_mismatch_in, unknown_key_in
 
 min_version("8.0")
 
@@ -20,8 +20,8 @@ if unknown_key:
     print(f"Error in the config: {unknown_key}", file=sys.stderr)
     sys.exit(1)
 validate(config, "workflow/schemas/config.schema.yaml")
-import yaml  # the schema's model and rule names are the registries' (one check, distgnn.workflow_config)
-mismatch = registry_mismatch(yaml.safe_load(open(f"{workflow.basedir}/workflow/schemas/config.schema.yaml")))
+# The schema's model and cd-r rule names are the registries' (the one check of that).
+mismatch = registry_mismatch_in(f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
 if mismatch:
     print(f"Error in the workflow: {mismatch}", file=sys.stderr)
     sys.exit(1)

@@ -60,3 +60,9 @@ def registry_mismatch(schema: dict[str, Any]) -> str | None:
             return (f"the config schema's train.{key} lists {', '.join(enum)}; distgnn registers "
                     f"{', '.join(names)} (edit workflow/schemas/config.schema.yaml)")
     return None
+
+
+def registry_mismatch_in(schema_path: str | os.PathLike) -> str | None:
+    """:func:`registry_mismatch` of the schema file at ``schema_path``."""
+    with open(schema_path) as f:
+        return registry_mismatch(yaml.safe_load(f))

@@ -33,7 +33,7 @@ SCRIPTS = Path(__file__).parent / "mpi_scripts"
 def mpi4py_imports(path: Path) -> list[int]:
     """Lines of ``path`` that import mpi4py: import statements and ``__import__`` /
     ``importlib.import_module`` calls with a literal name. A string that merely holds such code
-    (memory_estimate's command for a child interpreter that measures the imports' memory, the
+    (the memory estimate's command for a child interpreter that measures the imports' memory, the
     launcher's ``python -m mpi4py`` argv) imports nothing in this process and is not one."""
     lines = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):

@@ -1,4 +1,5 @@
-"""memory_estimate: the components add up, grow with what they must, and refuse bad folders."""
+"""The memory estimate (distgnn.scaling.rank_memory): the components add up, grow with what
+they must, and refuse bad folders."""
 from __future__ import annotations
 
 import pytest
