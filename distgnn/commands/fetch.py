@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import argparse
+import math
 import time
 
 from distgnn.data.catalog import DATASETS, DEFAULT_CHUNK_BUDGET, DEFAULT_CSR_BUDGET, FEATURE_DTYPES
+from distgnn.errors import DistgnnError
 from distgnn.options import add_threads_option, check_threads
 
 
@@ -44,9 +46,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def check_numbers(args: argparse.Namespace) -> None:
+    """Every numeric option in range (nan and inf refused), in one line naming it, before any
+    estimate or write."""
+    finite = math.isfinite
+    for flag, value, ok, expected in (
+            ("--scale", args.scale, lambda v: finite(v) and v > 0, "a number > 0"),
+            ("--mean-degree", args.mean_degree, lambda v: v is None or (finite(v) and v > 0),
+             "a number > 0"),
+            ("--labelled-fraction", args.labelled_fraction, lambda v: v is None or 0 < v <= 1,
+             "a number in (0, 1]"),
+            ("--chunk-mb", args.chunk_mb, lambda v: finite(v) and v > 0, "a number > 0"),
+            ("--csr-mb", args.csr_mb, lambda v: finite(v) and v > 0, "a number > 0")):
+        if not ok(value):
+            raise DistgnnError(f"{flag} must be {expected}, got {value}")
+
+
 def run(args: argparse.Namespace) -> int:
     from distgnn.data.fetch import fetch, store_path
 
+    check_numbers(args)
     check_threads(args.threads)
     start = time.perf_counter()
     target = store_path(args.root, args.dataset, args.scale, args.seed, args.name, args.mean_degree,

@@ -121,6 +121,7 @@ def run_predict(args: argparse.Namespace) -> int:
     from distgnn.scaling.model import speedup_table
     from distgnn.scaling.network import NetworkModel
 
+    check_shape(args)
     graph, costs, law, measured = load_calibration(args.calibration)
     papers_law = _papers_law(args.calibration)
     use_papers = args.replication == "papers" or (
@@ -154,6 +155,13 @@ def run_predict(args: argparse.Namespace) -> int:
         return 0
     print(format_table(rows, graph, law, net))
     return 0
+
+
+def check_shape(args: argparse.Namespace) -> None:
+    """``--layers`` and ``--hidden`` at least 1, in one line naming the option."""
+    for flag, value in (("--layers", args.layers), ("--hidden", args.hidden)):
+        if value < 1:
+            raise DistgnnError(f"{flag} must be >= 1, got {value}")
 
 
 def default_rule() -> str:
@@ -213,6 +221,7 @@ def memory_rows(args: argparse.Namespace) -> list[dict]:
 
     from distgnn.scaling.rank_memory import DEFAULT_BASELINE_BYTES, measure_baseline
 
+    check_shape(args)
     exchange = exchange_from_args(args)
     baseline = measure_baseline() if args.measure_baseline else DEFAULT_BASELINE_BYTES
     folder = Path(args.partdir)

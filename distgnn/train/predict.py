@@ -25,6 +25,7 @@ from distgnn import atomic
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError, DistgnnError
 from distgnn.models.registry import FIRST_MODEL
+from distgnn.train.agreement import agreed
 from distgnn.train.config import TrainConfig
 from distgnn.vocabulary import CUSTOM_PREFIX
 from distgnn.zarr_io import create_array
@@ -50,6 +51,30 @@ def predict_config(summary: dict[str, Any], threads: int = 0) -> TrainConfig:
                        precision=hp.get("precision", "fp32"), threads=threads, memory_check=False)
 
 
+#: the ``kind`` attribute of a predictions store (stores from before it: recognised by the
+#: attributes every predictions store has, :func:`is_predictions_store`)
+PREDICTIONS_KIND = "predictions"
+
+
+def is_predictions_store(path: Path) -> bool:
+    """Whether ``path`` is a store ``distgnn predict`` wrote (its own kind, which it may replace)."""
+    try:
+        attrs = json.loads((path / "zarr.json").read_text()).get("attributes", {})
+    except (OSError, ValueError, AttributeError):
+        return False
+    return attrs.get("kind") == PREDICTIONS_KIND or (
+        attrs.get("rows") == "global id order" and "run" in attrs and "aggregation" in attrs)
+
+
+def check_predictions_target(target: Path) -> None:
+    """Refuse, in one line, an ``--out`` that exists and is not a predictions store (a dataset, a
+    partition folder, a run folder, a plain file): predict replaces only its own kind."""
+    if target.exists() and not is_predictions_store(target):
+        what = "a file" if not target.is_dir() else "a folder that is not a predictions store"
+        raise DistgnnError(f"--out {target}: exists and is {what}; nothing was written (give a "
+                           f"new path; predict replaces only a predictions store)")
+
+
 def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, layer: int | None = None,
             partition_dir: str | os.PathLike | None = None, threads: int = 0,
             comm: Communicator | None = None) -> Path:
@@ -67,6 +92,8 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     if model.startswith(CUSTOM_PREFIX):
         raise CollectiveError(f"{run_dir}: trained a user's model ({model[len(CUSTOM_PREFIX):]}); distgnn predict "
                               f"rebuilds the built-in models only (load model.pt into the module)")
+    target = Path(out) if out else run_dir / PREDICTIONS
+    agreed(comm, lambda: check_predictions_target(target) if comm.rank == 0 else None)
     config = predict_config(summary, threads)
     if layer is not None and not 0 <= layer < config.layers - 1:
         raise CollectiveError(f"--layer: expected a hidden layer 0..{config.layers - 2} of this "
@@ -93,8 +120,7 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     if layer is not None:
         rows["embeddings"] = captured["h"].numpy()
     num_nodes = int(ctx.part.attrs["num_nodes"])
-    target = Path(out) if out else run_dir / PREDICTIONS
-    attrs = {"run": str(run_dir.resolve()), "algo": summary["algo"], "apply": summary.get("apply"),
+    attrs = {"kind": PREDICTIONS_KIND, "run": str(run_dir.resolve()), "algo": summary["algo"], "apply": summary.get("apply"),
              "model": summary.get("model", FIRST_MODEL),
              "num_nodes": num_nodes, "num_classes": ctx.num_classes, "layer": layer,
              "aggregation": "cd-0 (exact), no dropout", "rows": "global id order"}

@@ -38,6 +38,7 @@ from distgnn.train.step import evaluate, train_step
 from distgnn.train.telemetry import EpochMeter, peak_rss_bytes, run_summary
 from distgnn.train.watchdog import Watchdog
 from distgnn.models.registry import DEFAULT_MODEL, run_name
+from distgnn.train.run_folder import RunLock, check_resume_length, check_run_folder
 
 
 def default_run_dir(attrs: dict[str, Any], algo: str, apply: str = "auto",
@@ -66,9 +67,17 @@ class Trainer:
             self.assignment, config.algo, config.apply, config.model)
         self.ctx: RankContext | None = None
         self.current_epoch = 0
+        self.lock: RunLock | None = None   #: rank 0's lock on the run folder
 
     def run(self) -> dict[str, Any] | None:
         """Train; returns the summary on rank 0 (None elsewhere)."""
+        try:
+            return self._run()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _run(self) -> dict[str, Any] | None:
         self._make_run_dir()
         watchdog = None
         if self.comm.size > 1 and self.config.hang_timeout_s > 0:
@@ -157,17 +166,23 @@ class Trainer:
 
     # -- the run folder ------------------------------------------------------------------------
     def _make_run_dir(self) -> None:
-        """Rank 0 makes the run folder (an agreed step: its failure is every rank's one line),
-        and every rank must see it (docs/design.md#shared-run-folder)."""
+        """Rank 0 checks that the run folder may be written (a new, empty or run folder; with
+        --resume, no fewer epochs than it has trained), makes it and locks it for the run (an
+        agreed step: its failure is every rank's one line), and every rank must see it
+        (docs/design.md#shared-run-folder, docs/design.md#run-folder)."""
         def make() -> None:
             if self.comm.rank != 0:
                 return
+            check_run_folder(self.run_dir)
+            if self.config.resume:
+                check_resume_length(self.run_dir, self.config.epochs)
             try:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise DistgnnError(f"--out {self.run_dir}: cannot create ({exc.strerror})") from exc
             if not os.access(self.run_dir, os.W_OK):
                 raise DistgnnError(f"--out {self.run_dir}: not writable")
+            self.lock = RunLock(self.run_dir).acquire()
         agreed(self.comm, make)
         check_shared_folder(self.run_dir, self.comm)
 

@@ -1,0 +1,110 @@
+"""What a run may write into, and one run at a time in it (docs/design.md#run-folder).
+
+``distgnn train`` writes only into a folder that is new, empty, or a run's own (it holds one of
+:data:`RUN_MARKERS` and nothing that marks another kind of store); a graph store, a partition
+folder, a Zarr store, a plain file or a folder of other files is refused in one line before
+anything is written or removed. While a run uses its folder, rank 0 holds an exclusive lock on
+``RUN/.lock`` (``flock``: the kernel releases it when the process ends, so a run that died keeps
+nothing locked); a second run given the same folder is refused in one line naming the holder.
+``--resume`` never shortens a run: asking for fewer epochs than the folder has trained is refused.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from pathlib import Path
+from typing import IO
+
+from distgnn.errors import DistgnnError
+
+#: what a run leaves in its folder (any one of them makes a folder a run's)
+RUN_MARKERS = ("metrics.jsonl", "summary.json", "model.pt", "checkpoints")
+#: entries that mark another kind of store, and what they mark
+FOREIGN_MARKERS = {"zarr.json": "a Zarr store", ".zgroup": "a Zarr store",
+                   "assignment.zarr": "a partition folder", "graph.zarr": "a dataset folder"}
+#: the lock file rank 0 holds while a run uses the folder
+LOCK = ".lock"
+
+
+def check_run_folder(path: Path) -> None:
+    """Refuse, in one line naming ``--out``, a ``path`` a run must not write into (module
+    docstring); a missing or empty folder, or a run's own, passes."""
+    if path.exists() and not path.is_dir():
+        raise DistgnnError(f"--out {path}: exists and is not a folder (a run writes into a folder "
+                           f"of its own; give a new path)")
+    if not path.exists():
+        return
+    names = {entry.name for entry in path.iterdir()}
+    foreign = [what for marker, what in FOREIGN_MARKERS.items() if marker in names]
+    if any(name.startswith("part_") and name.endswith(".zarr") for name in names):
+        foreign.append("a partition folder")
+    if foreign:
+        raise DistgnnError(f"--out {path}: is {foreign[0]}, not a run folder; nothing was written "
+                           f"(give a new folder)")
+    visible = sorted(name for name in names if not name.startswith("."))
+    if visible and not set(visible) & set(RUN_MARKERS):
+        shown = ", ".join(visible[:3]) + (", ..." if len(visible) > 3 else "")
+        raise DistgnnError(f"--out {path}: holds files that are not a distgnn run ({shown}); "
+                           f"nothing was written (give a new or empty folder)")
+
+
+def trained_epochs(path: Path) -> int:
+    """The epochs a run folder has trained: its ``summary.json``'s, or the last epoch of its
+    ``metrics.jsonl`` (0 for neither)."""
+    summary = path / "summary.json"
+    if summary.is_file():
+        try:
+            return int(json.loads(summary.read_text())["epochs"])
+        except (ValueError, KeyError, TypeError):
+            pass
+    metrics = path / "metrics.jsonl"
+    last = 0
+    if metrics.is_file():
+        for line in metrics.read_text().splitlines():
+            try:
+                last = max(last, int(json.loads(line)["epoch"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+    return last
+
+
+def check_resume_length(path: Path, epochs: int) -> None:
+    """``--resume --epochs epochs`` must not cut what ``path`` has trained (one line)."""
+    done = trained_epochs(path)
+    if epochs < done:
+        raise DistgnnError(f"--resume --epochs {epochs}: {path} has trained {done} epochs; "
+                           f"continuing would cut them (give --epochs {done} or more, or a new "
+                           f"--out for a shorter run)")
+
+
+class RunLock:
+    """Rank 0's exclusive lock on ``RUN/.lock`` for as long as the run lasts."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path) / LOCK
+        self._file: IO[str] | None = None
+
+    def acquire(self) -> "RunLock":
+        """Take the lock, or refuse in one line naming the run that holds it."""
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise DistgnnError(f"--out {self.path.parent}: in use by another run ({holder}); "
+                               f"wait for it to end or give another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+        handle.flush()
+        self._file = handle
+        return self
+
+    def release(self) -> None:
+        if self._file is not None:
+            self._file.close()   # closing releases the flock
+            self._file = None
