@@ -24,7 +24,7 @@ def one_line(proc, *words: str) -> None:
 def test_fetch_refuses_a_number_out_of_range_before_anything(tmp_path: Path, option, value) -> None:
     root = tmp_path / "data"
     proc = run_cli("fetch", "synth-reddit", option, value, "--root", root)
-    one_line(proc, f"{option} must be", value)
+    one_line(proc, f"{option} must ", value)
     assert not root.exists()
 
 

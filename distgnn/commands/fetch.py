@@ -51,15 +51,15 @@ def check_numbers(args: argparse.Namespace) -> None:
     estimate or write."""
     finite = math.isfinite
     for flag, value, ok, expected in (
-            ("--scale", args.scale, lambda v: finite(v) and v > 0, "a number > 0"),
+            ("--scale", args.scale, lambda v: finite(v) and v > 0, "be a number > 0"),
             ("--mean-degree", args.mean_degree, lambda v: v is None or (finite(v) and v > 0),
-             "a number > 0"),
+             "be a number > 0"),
             ("--labelled-fraction", args.labelled_fraction, lambda v: v is None or 0 < v <= 1,
-             "a number in (0, 1]"),
-            ("--chunk-mb", args.chunk_mb, lambda v: finite(v) and v > 0, "a number > 0"),
-            ("--csr-mb", args.csr_mb, lambda v: finite(v) and v > 0, "a number > 0")):
+             "lie in (0, 1]"),
+            ("--chunk-mb", args.chunk_mb, lambda v: finite(v) and v > 0, "be a number > 0"),
+            ("--csr-mb", args.csr_mb, lambda v: finite(v) and v > 0, "be a number > 0")):
         if not ok(value):
-            raise DistgnnError(f"{flag} must be {expected}, got {value}")
+            raise DistgnnError(f"{flag} must {expected}, got {value:g}")
 
 
 def run(args: argparse.Namespace) -> int:
