@@ -6,7 +6,8 @@
 An entry of ``--algos`` is ``ALGO[@APPLY][+nodg][+fresh][+rule=NAME]``: the algorithm, optionally its
 ``--apply`` mode (default: auto), ``+nodg`` for ``--no-delayed-gradients``, ``+fresh`` for
 ``--fresh-copies``, ``+rule=NAME`` for ``--cdr-rule NAME`` and ``+budget=B`` for
-``--recompute-budget B`` (e.g. ``cd-5+rule=delayed``; a rule retired from ``--cdr-rule``, such as
+``--recompute-budget B``, ``+msg=W`` for ``--message-precision W`` and ``+group=G`` for
+``--message-group G`` (e.g. ``cd-5+rule=delayed``, ``cd-0+msg=int8``; a rule retired from ``--cdr-rule``, such as
 ``cd-5+rule=warm-input``, runs through ``python -m bench.retired_rules``; ``cd-5@replicas``; ``cd-5+nodg``: cd-5 at the root without its delayed
 gradients; ``cd-5+fresh``: cd-5 at the root, only the partials delayed). ``--model`` trains another model
 (``--heads`` for GAT; ``--aggregator`` is GraphSAGE's).
@@ -34,6 +35,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 #: ``--algos`` suffixes and the ``distgnn train`` option each adds
 SUFFIXES = {"nodg": "--no-delayed-gradients", "fresh": "--fresh-copies"}
+#: ``--algos`` suffixes NAME=VALUE and the ``distgnn train`` option each sets
+VALUE_SUFFIXES = {"rule": "--cdr-rule", "budget": "--recompute-budget",
+                  "msg": "--message-precision", "group": "--message-group"}
 
 
 def sh(*args: str, env: dict | None = None) -> None:
@@ -118,20 +122,19 @@ def main() -> int:
     for algo in args.algos:
         base, *suffixes = algo.split("+")
         name, _, apply = base.partition("@")
-        rules = [s.removeprefix("rule=") for s in suffixes if s.startswith("rule=")]
-        budgets = [s.removeprefix("budget=") for s in suffixes if s.startswith("budget=")]
-        suffixes = [s for s in suffixes if not s.startswith(("rule=", "budget="))]
-        unknown = set(suffixes) - set(SUFFIXES)
+        values = [s.split("=", 1) for s in suffixes if "=" in s]
+        rules = [v for k, v in values if k == "rule"]
+        suffixes = [s for s in suffixes if "=" not in s]
+        unknown = set(suffixes) - set(SUFFIXES) | {f"{k}=" for k, _ in values} - {f"{k}=" for k in VALUE_SUFFIXES}
         if unknown:
             parser.error(f"--algos {algo}: unknown suffix +{', +'.join(sorted(unknown))} (known: "
-                         f"+{', +'.join(SUFFIXES)}, +rule=NAME)")
+                         f"+{', +'.join(SUFFIXES)}, +{'=, +'.join(VALUE_SUFFIXES)}=)")
         variant = (["--apply", apply or "auto"] + [SUFFIXES[s] for s in suffixes]
-                   + [a for rule in rules for a in ("--cdr-rule", rule)]
-                   + [a for budget in budgets for a in ("--recompute-budget", budget)])
+                   + [a for k, v in values for a in (VALUE_SUFFIXES[k], v)])
         for seed in args.seeds:
             prefix = {"sage": f"{args.aggregator}-" if args.aggregator != "mean" else "",
                       "gat": f"gat-h{args.heads}-"}.get(args.model, f"{args.model}-")
-            run = work / "runs" / f"{prefix}{algo.replace('@', '-').replace('+', '-').replace('=', '-')}-seed{seed}"
+            run = work / "runs" / partition / f"{prefix}{algo.replace('@', '-').replace('+', '-').replace('=', '-')}-seed{seed}"
             if not _matches(run, args):
                 shutil.rmtree(run, ignore_errors=True)
                 # a retired rule (bench/retired_rules.py) runs through the CLI that registers it
@@ -167,13 +170,14 @@ def main() -> int:
           f"{args.epochs} epochs, seeds {args.seeds}, {threads} thread(s) per rank")
     print(f"machine: {platform.node()}, {os.cpu_count()} cores; {datetime.date.today()}")
     print()
-    print(f"| algo | apply | test {metric} at best val (%) | epoch s (median, steady) | aggregate s | exchange wait s | dense s | allreduce s | fwd MB/epoch | bwd MB/epoch | grad MB/epoch |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| algo | apply | messages | test {metric} at best val (%) | epoch s (median, steady) | aggregate s | exchange wait s | dense s | allreduce s | fwd MB/epoch | bwd MB/epoch | grad MB/epoch |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for algo in args.algos:
         acc, acc_std = stat(algo, "test_at_best_val")
         split = {k: float(np.median([s["split"][k] for s in results[algo]])) for k in results[algo][0]["split"]}
         mb = {k: stat(algo, k)[0] / 1e6 for k in ("bytes_forward", "bytes_backward", "bytes_gradients")}
-        print(f"| {algo} | {results[algo][0]['apply']} | {100 * acc:.2f} ± {100 * acc_std:.2f} | {split['epoch_time_s']:.4f} | "
+        messages = results[algo][0].get("hyperparameters", {}).get("message_precision", "fp32")
+        print(f"| {algo} | {results[algo][0]['apply']} | {messages} | {100 * acc:.2f} ± {100 * acc_std:.2f} | {split['epoch_time_s']:.4f} | "
               f"{split['time_aggregate_s']:.4f} | {split['time_exchange_wait_s']:.4f} | {split['time_dense_s']:.4f} | "
               f"{split['time_allreduce_s']:.4f} | {mb['bytes_forward']:.2f} | {mb['bytes_backward']:.2f} | "
               f"{mb['bytes_gradients']:.3f} |")

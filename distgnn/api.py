@@ -48,9 +48,16 @@ def train_model(partition_dir: str | os.PathLike, model: torch.nn.Module, *,
 
     config = TrainConfig(model=custom_model_name(model), **settings)
     if getattr(model, "uses_attention", False):
+        from dataclasses import replace
+
+        from distgnn.exchange.spec import default_messages
         from distgnn.train.config import check_attention, check_config
 
-        check_attention(config, check_config(config).algorithm, f"train_model({config.model})")
+        algorithm = check_config(config).algorithm
+        check_attention(config, algorithm, f"train_model({config.model})")
+        if config.message_precision == "auto":  # attention partials: never an integer width
+            config = replace(config, message_precision=default_messages(algorithm, config.precision,
+                                                                        attention=True))
     comm = comm or Communicator()
     try:
         return Trainer(partition_dir, config, out, comm, on_epoch, model=model).run()

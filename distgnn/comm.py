@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from distgnn.errors import CollectiveError
+from distgnn.kernels.message_codec import MessageCodec
 from distgnn.row_exchange import WAITS, Direction, PendingExchange, RowEngine, RowPlan, Traffic
 
 #: the environment variable of the collective-order check (``1`` turns it on)
@@ -59,7 +60,8 @@ def abort_at_exit(status: int | SystemExit) -> None:
 
 def _mpi_type(dtype: torch.dtype):
     MPI = _mpi()
-    return {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.bfloat16: MPI.INT16_T}[dtype]
+    return {torch.float32: MPI.FLOAT, torch.float64: MPI.DOUBLE, torch.bfloat16: MPI.INT16_T,
+            torch.uint8: MPI.UINT8_T}[dtype]
 
 
 #: (element dtype, width) -> committed MPI datatype of one row, kept for the process's life
@@ -68,7 +70,7 @@ _ROW_TYPES: dict[tuple[torch.dtype, int], Any] = {}
 
 def _row_type(dtype: torch.dtype, width: int):
     """The MPI datatype of one row: ``width`` contiguous elements of ``dtype`` (bfloat16 as its
-    int16 bits). Committed on first use and cached; MPI_Finalize frees it."""
+    int16 bits; packed low-bit rows as bytes). Committed on first use and cached; MPI_Finalize frees it."""
     key = (dtype, width)
     if key not in _ROW_TYPES:
         _ROW_TYPES[key] = _mpi_type(dtype).Create_contiguous(width).Commit()
@@ -89,9 +91,6 @@ class Communicator:
         self.size = self.comm.Get_size()
         #: bytes sent by this rank, by Traffic and Direction value (plain str keys)
         self.bytes_sent: dict[str, int] = defaultdict(int)
-        #: when set (bfloat16 under --precision bf16), floating rows travel in this dtype and are
-        #: received in their own: half the bytes, counted as sent
-        self.payload_dtype: torch.dtype | None = None
         if check_collectives is None:
             check_collectives = os.environ.get(CHECK_COLLECTIVES) == "1"
         #: collectives started on this communicator so far
@@ -100,6 +99,14 @@ class Communicator:
         self._checker = self.comm.Dup() if check_collectives and self.size > 1 else None
         #: this communicator's row exchanges in flight, their progress engine and thread
         self.row_engine = RowEngine(self)
+
+    def set_messages(self, codec: MessageCodec, seed: int) -> None:
+        """Training rows travel encoded by ``codec`` (:meth:`RowEngine.set_messages`)."""
+        self.row_engine.set_messages(codec, seed)
+
+    def start_epoch(self, epoch: int) -> None:
+        """A training epoch starts (its rounding streams; :meth:`RowEngine.start_epoch`)."""
+        self.row_engine.start_epoch(epoch)
 
     def stop_progress_thread(self) -> None:
         """End the row engine's progress thread (at exit, before MPI is finalised; idempotent)."""

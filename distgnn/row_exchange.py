@@ -28,10 +28,12 @@ from collections import deque
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
+
+from distgnn.kernels.message_codec import MessageCodec, stream_key
 
 #: the environment variable that turns the progress thread off (``off``)
 PROGRESS_THREAD = "DISTGNN_PROGRESS_THREAD"
@@ -48,6 +50,13 @@ class Traffic(StrEnum):
     EVAL = "eval"              #: evaluation (and the input cache)
     SETUP = "setup"            #: once per run: plans, degrees
     BENCH = "bench"            #: the MPI microbenchmark's own messages
+
+
+#: the traffic ``--message-precision`` encodes: training rows (evaluation, set-up and the
+#: benchmark travel as they are)
+ENCODED = (Traffic.FORWARD, Traffic.BACKWARD)
+#: how training rows travel unless a run says otherwise
+FULL_PRECISION = MessageCodec("fp32")
 
 
 class Direction(StrEnum):
@@ -143,7 +152,6 @@ class RowTransport(Protocol):
     size: int
     started: int
     bytes_sent: dict[str, int]
-    payload_dtype: torch.dtype | None
 
     def start_collective(self, op: str, *kind: str) -> None: ...
 
@@ -171,10 +179,10 @@ class PendingExchange:
 
     def __init__(self, engine: "RowEngine", recvs: list[tuple[int, Any]],
                  sends: dict[int, deque], recv: torch.Tensor, keep_alive: Any, call: str,
-                 dtype: torch.dtype | None = None):
+                 finish: Callable[[torch.Tensor], torch.Tensor] | None = None):
         self._engine, self._call = engine, call
         self._recv, self._keep_alive = recv, keep_alive
-        self._dtype = dtype or recv.dtype
+        self._finish = finish  # the rows as used from the rows as received (a codec's decode)
         #: requests not yet complete, with their peer and whether each is a send
         self.requests: list[Any] = [r for _, r in recvs]
         self.peers: list[int] = [peer for peer, _ in recvs]
@@ -219,8 +227,8 @@ class PendingExchange:
             finally:
                 WAITS.leave()
         self._keep_alive = None
-        if self._recv.dtype != self._dtype:  # rows sent narrower than they are used
-            self._recv = self._recv.to(self._dtype)
+        if self._finish is not None:  # rows sent in fewer bytes than they are used in
+            self._recv, self._finish = self._finish(self._recv), None
         return self._recv
 
 
@@ -239,6 +247,21 @@ class RowEngine:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        #: how training rows travel (:data:`ENCODED` kinds; docs/design.md#message-precision)
+        self.messages: MessageCodec = FULL_PRECISION
+        #: the rounding stream: (seed, epoch) and the encoded exchanges so far in that epoch
+        self._stream: tuple[int, int] = (0, 0)
+        self._encoded = 0
+
+    def set_messages(self, codec: MessageCodec, seed: int) -> None:
+        """Send training rows with ``codec``; its stochastic rounding draws from streams keyed by
+        ``seed``, the epoch (:meth:`start_epoch`), the exchange's number in the epoch and the
+        rank, so a rerun and a resume send the same bytes."""
+        self.messages, self._stream, self._encoded = codec, (seed, 0), 0
+
+    def start_epoch(self, epoch: int) -> None:
+        """Training epoch ``epoch`` starts: its exchanges draw from their own streams."""
+        self._stream, self._encoded = (self._stream[0], epoch), 0
 
     def _start_progress_thread(self) -> None:
         """Start the progress thread, once, where MPI allows calls from several threads."""
@@ -330,10 +353,18 @@ class RowEngine:
         sc, sd = send.counts, send.offsets[:-1]
         rc, rd = recv.counts, recv.offsets[:-1]
         rows = rows.detach().contiguous()
-        used = rows.dtype
-        if comm.payload_dtype is not None and rows.is_floating_point():
-            rows = rows.to(comm.payload_dtype)
         width = rows.shape[1] if rows.dim() == 2 else 1
+        finish = None
+        codec = self.messages
+        if kind in ENCODED and codec.changes_rows and rows.is_floating_point():
+            # partial sums and gradients are summed where they arrive: stochastic rounding, so
+            # their rounding errors do not add up to a bias
+            stochastic = kind is Traffic.BACKWARD or direction is Direction.REDUCE
+            key = stream_key(self._stream[0], self._stream[1], self._encoded, comm.rank)
+            self._encoded += 1
+            finish = partial(codec.decode, width=width, dtype=rows.dtype)
+            rows = codec.encode(rows.reshape(-1, width), stochastic, key)
+            width = rows.shape[1]
         row_type = comm.row_type(rows.dtype, width)
         recv_rows = torch.empty((int(recv.offsets[-1]), width), dtype=rows.dtype)
         send_buf, recv_buf = _buffer(rows).reshape(-1, width), _buffer(recv_rows)
@@ -356,11 +387,12 @@ class RowEngine:
                           for lo, n in pieces(int(sd[peer]), int(sc[peer])))
             if posts:
                 sends[peer] = posts
-        sent = int(rows.numel() * rows.element_size())
+        # what leaves this rank: payload, scales and padding, not its own block
+        sent = int((rows.shape[0] - sc[me]) * width * rows.element_size())
         comm.bytes_sent[kind.value] += sent
         if direction is not None:
             comm.bytes_sent[direction.value] += sent
-        pending = PendingExchange(self, recvs, sends, recv_rows, send_buf, call, used)
+        pending = PendingExchange(self, recvs, sends, recv_rows, send_buf, call, finish)
         if not pending.done:
             with self._lock:
                 self._in_flight.append(pending)

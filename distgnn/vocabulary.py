@@ -5,7 +5,7 @@ numpy (the CLI parser, the Snakefile and the report import it; a test checks tha
   what each one does (:class:`Algorithm`), the first steady-state epoch (:func:`steady_start`);
 * where the dense work runs (``--apply``): :data:`APPLY_MODES`, :func:`resolve_apply`;
 * the aggregation normalisations :data:`NORMS` (and :data:`SELF_TERM_NORMS`), GraphSAGE's
-  :data:`AGGREGATORS`, the precisions :data:`PRECISIONS`;
+  :data:`AGGREGATORS`, the precisions :data:`PRECISIONS` and :data:`MESSAGE_PRECISIONS`;
 * how a user's own model is named (:data:`CUSTOM_PREFIX`); the models themselves, their names and
   the default one are the registry's (:mod:`distgnn.models.registry`, docs/design.md#models).
 """
@@ -25,6 +25,11 @@ SELF_TERM_NORMS = ("gcn", "sym")
 AGGREGATORS = ("mean", "gcn")
 #: dense-work precisions (distgnn/kernels/precision.py applies them)
 PRECISIONS = ("fp32", "bf16")
+#: how training rows travel (``--message-precision``; distgnn/kernels/message_codec.py). ``auto``:
+#: the algorithm's default (:func:`distgnn.exchange.spec.default_messages`)
+MESSAGE_PRECISIONS = ("auto", "fp32", "bf16", "int8", "int4", "int2")
+#: the integer widths' code bits
+MESSAGE_BITS = {"int8": 8, "int4": 4, "int2": 2}
 #: a user's own module (``distgnn.train_model``) is named ``custom:<class name>``
 CUSTOM_PREFIX = "custom:"
 
@@ -34,6 +39,26 @@ def check_precision(precision: str) -> str:
     if precision not in PRECISIONS:
         raise DistgnnError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return precision
+
+
+def message_row_bytes(width: int, messages: str, group: int = 0) -> int:
+    """Bytes one row of ``width`` float32 values takes on the wire under ``messages`` (fp32,
+    bf16, int8, int4, int2; ``group`` columns per scale, 0: the row): codes, the float32 (scale,
+    low) pairs and padding to 4 bytes (native/include/distgnn/quantize.hpp)."""
+    bits = MESSAGE_BITS.get(messages)
+    if bits is None:
+        return width * (2 if messages == "bf16" else 4)
+    groups = 1 if group <= 0 or group >= width else -(-width // group)
+    raw = 8 * groups + -(-width * bits // 8)
+    return -(-raw // 4) * 4
+
+
+def check_message_precision(messages: str) -> str:
+    """``messages`` when it is one of :data:`MESSAGE_PRECISIONS`; else one line naming the option."""
+    if messages not in MESSAGE_PRECISIONS:
+        raise DistgnnError(f"--message-precision must be one of {', '.join(MESSAGE_PRECISIONS)}, "
+                           f"got {messages!r}")
+    return messages
 
 
 #: The one grammar of algorithm names (the workflow's wildcard and the report use it too).

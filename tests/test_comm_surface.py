@@ -24,6 +24,7 @@ import distgnn.row_exchange as row_module
 from conftest import REPO, mpiexec
 from distgnn.comm import Communicator
 from distgnn.errors import CollectiveError
+from distgnn.kernels.message_codec import MessageCodec, stream_key
 from distgnn.row_exchange import Direction, RowPlan, Traffic
 
 SCRIPTS = Path(__file__).parent / "mpi_scripts"
@@ -132,7 +133,7 @@ class FakeType:
 def fake_mpi(monkeypatch):
     """distgnn.comm with a fake MPI module (and an empty row-type cache)."""
     fake = SimpleNamespace(FLOAT=FakeType("float"), DOUBLE=FakeType("double"),
-                           INT16_T=FakeType("int16"), SUM="sum", MAX="max", IN_PLACE=None,
+                           INT16_T=FakeType("int16"), UINT8_T=FakeType("uint8"), SUM="sum", MAX="max", IN_PLACE=None,
                            Request=SimpleNamespace(Waitsome=wait_some, Testsome=lambda requests: []),
                            # single-threaded, as far as distgnn.comm asks: no progress thread
                            THREAD_SINGLE=0, THREAD_MULTIPLE=3, Query_thread=lambda: 0)
@@ -154,7 +155,8 @@ def test_kinds_and_directions_are_the_recorded_strings(fake_mpi) -> None:
     p = plan([0, 1, 2])
     comm.exchange_rows(torch.ones(2, 3), p, p, Traffic.FORWARD, Direction.REDUCE)
     comm.exchange_rows(torch.ones(2, 3), p, p, "backward", "broadcast")  # the values still work
-    assert dict(comm.bytes_sent) == {"forward": 24, "reduce": 24, "backward": 24, "broadcast": 24}
+    # one row of three float32 leaves the rank each time (its own row is copied, not counted)
+    assert dict(comm.bytes_sent) == {"forward": 12, "reduce": 12, "backward": 12, "broadcast": 12}
     assert all(type(k) is str for k in comm.bytes_sent)
     with pytest.raises(ValueError, match="forwad"):  # a misspelt kind is refused, not counted
         comm.exchange_rows(torch.ones(2, 3), p, p, "forwad")
@@ -162,29 +164,63 @@ def test_kinds_and_directions_are_the_recorded_strings(fake_mpi) -> None:
 
 # -- pieces counted in rows --------------------------------------------------------------------------
 @pytest.mark.parametrize("width", [1, 3, 128])
-@pytest.mark.parametrize("dtype, payload, base", [(torch.float32, None, "float"),
-                                                  (torch.float64, None, "double"),
-                                                  (torch.float32, torch.bfloat16, "int16")])
-def test_pieces_are_counted_in_rows(fake_mpi, width: int, dtype, payload, base: str) -> None:
+@pytest.mark.parametrize("dtype, messages, base", [(torch.float32, "fp32", "float"),
+                                                   (torch.float64, "fp32", "double"),
+                                                   (torch.float32, "bf16", "int16"),
+                                                   (torch.float32, "int4", "uint8")])
+def test_pieces_are_counted_in_rows(fake_mpi, width: int, dtype, messages, base: str) -> None:
     fake = FakeComm(size=3)
     comm = Communicator(fake)
-    comm.payload_dtype = payload
+    codec = MessageCodec(messages)
+    comm.set_messages(codec, seed=0)
     send, recv = plan([0, 1, 1, 4]), plan([0, 1, 4, 6])  # rank 0 keeps one row of its own
     rows = torch.arange(4 * width, dtype=dtype).reshape(4, width)
-    got = comm.exchange_rows(rows, send, recv, Traffic.SETUP)
+    got = comm.exchange_rows(rows, send, recv, Traffic.FORWARD)
     assert got.shape == (6, width) and got.dtype == dtype
-    assert torch.equal(got[0], rows[0])  # its own block is copied, not sent
+    # its own block is copied, not sent (and read as every other row is)
+    assert torch.equal(got[0], codec.decode(codec.encode(rows[:1]), width, dtype)[0])
     moved = [(r.call, r.peer, r.message[1]) for r in fake.calls]
     assert moved == [("recv", 1, 3), ("recv", 2, 2), ("send", 2, 3)]
+    row_width = codec.row_bytes(width) if codec.bits else width
     for r in fake.calls:
         buf, n, row_type = r.message
-        assert row_type == FakeType(base, width) and buf.shape == (n, width)
+        assert row_type == FakeType(base, row_width) and buf.shape == (n, row_width)
         assert r.tag == comm.started
+    assert comm.bytes_sent["forward"] == 3 * (codec.row_bytes(width) if dtype == torch.float32 else 8 * width)
     sent = fake.calls[2].message[0]
     assert np.shares_memory(sent, sent.base) and sent.base is not None  # a view, not a copy
-    comm.exchange_rows(rows, send, recv, Traffic.SETUP)
+    comm.exchange_rows(rows, send, recv, Traffic.FORWARD)
     assert fake.calls[3].message[2] is fake.calls[0].message[2]  # committed once, then reused
     assert fake.calls[3].tag == fake.calls[0].tag + 1  # each exchange has its own tag
+
+
+def test_training_rows_travel_encoded_keyed_by_epoch_and_exchange(fake_mpi) -> None:
+    """Under an integer width only training rows are encoded: partial sums (reduce) and every
+    gradient stochastically, keyed by (seed, epoch, exchange number in the epoch, rank); forward
+    broadcasts to nearest; set-up and evaluation rows travel exactly."""
+    fake = FakeComm(size=2)
+    comm = Communicator(fake)
+    codec = MessageCodec("int2")
+    comm.set_messages(codec, seed=11)
+    send, recv = plan([0, 0, 5]), plan([0, 0, 0])
+    rows = torch.randn(5, 40)
+    comm.start_epoch(3)
+    calls = [(Traffic.FORWARD, Direction.REDUCE), (Traffic.SETUP, None),
+             (Traffic.FORWARD, Direction.BROADCAST), (Traffic.BACKWARD, Direction.BROADCAST),
+             (Traffic.EVAL, None)]
+    for kind, direction in calls:
+        comm.exchange_rows(rows, send, recv, kind, direction)
+    sent = [torch.from_numpy(np.array(r.message[0])) for r in fake.calls]
+    assert torch.equal(sent[0], codec.encode(rows, stochastic=True, key=stream_key(11, 3, 0, 0)))
+    assert torch.equal(sent[1], rows) and torch.equal(sent[4], rows)
+    assert torch.equal(sent[2], codec.encode(rows))  # nearest: no key
+    assert torch.equal(sent[3], codec.encode(rows, stochastic=True, key=stream_key(11, 3, 2, 0)))
+    assert not torch.equal(sent[0], sent[3])
+    assert comm.bytes_sent["forward"] == 2 * 5 * codec.row_bytes(40) == 2 * 5 * 20
+    assert comm.bytes_sent["setup"] == 5 * 40 * 4
+    comm.start_epoch(3)  # the same epoch again (a resume): the same bytes
+    comm.exchange_rows(rows, send, recv, Traffic.FORWARD, Direction.REDUCE)
+    assert torch.equal(torch.from_numpy(np.array(fake.calls[-1].message[0])), sent[0])
 
 
 def test_a_large_block_travels_in_pieces_of_at_most_piece_bytes(fake_mpi, monkeypatch) -> None:

@@ -76,9 +76,14 @@ def test_apply_at_root_keeps_dense_rows_for_roots_only():
     gat = [estimate_shape(shape(), 2, 8, "cd-0", apply=a, model="gat", heads=8) for a in ("root", "replicas")]
     assert gat[1].activations * (10_000 - leaves) / 10_000 < gat[0].activations < gat[1].activations
     assert root.optimizer == replicas.optimizer
-    # the compact tables' CSR, transpose and position maps (docs/design.md#compact-rows)
+    # the compact tables' CSR, transpose and position maps (docs/design.md#compact-rows), and
+    # cd-0's overlap blocks: every edge once more each way, row pointers, scales (#overlap)
     n, m = 10_000, shape().m
-    assert root.graph - replicas.graph == 2 * (n + 1) * 8 + 2 * m * 4 + 4 * n * 8
+    compact = 2 * (n + 1) * 8 + 2 * m * 4 + 4 * n * 8
+    blocks = 4 * (n + 2) * 8 + 2 * m * 4 + 2 * n * 4
+    assert root.graph - replicas.graph == compact + blocks
+    cd5 = [estimate_shape(shape(), 3, 256, "cd-5", apply=a) for a in ("root", "replicas")]
+    assert cd5[0].graph - cd5[1].graph == compact  # cd-r runs no overlap
     assert estimate_shape(shape(), 3, 256, "cd-0").total == root.total      # auto is root for cd-0
     assert estimate_shape(shape(), 3, 256, "0c").total == estimate_shape(shape(), 3, 256, "0c", apply="replicas").total
     one = shape(parts=1, leaves=0, split=0)

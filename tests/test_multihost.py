@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from distgnn.vocabulary import message_row_bytes
 from conftest import REPO, mpiexec, partitioned_twin, run_cli
 
 pytestmark = pytest.mark.multihost
@@ -175,17 +176,21 @@ def test_launch_puts_one_rank_on_each_host_stages_its_part_and_equals_one_proces
         assert built.returncode == 0, built.stderr
         return run_cli("train", tmp_path / "libra-1", "--out", one, "--threads", "1", *common)
 
+    int8 = ("--message-precision", "int8")
     with ThreadPoolExecutor(2) as pool:  # the runs on this host go on while the hosts' wait
         # the same run with both ranks on this host (shared memory), and one process (P = 1)
         local = pool.submit(mpiexec, 2, "train", partdir, "--out", tmp_path / "local",
                             "--threads", "1", *common)
+        local8 = pool.submit(mpiexec, 2, "train", partdir, "--out", tmp_path / "local-int8",
+                             "--threads", "1", *common, *int8)
         single = pool.submit(one_process)
-        for parts, out in ((partdir, "hosts"), (four, "hosts4")):
+        for parts, out, extra in ((partdir, "hosts", ()), (four, "hosts4", ()),
+                                  (partdir, "hosts-int8", int8)):
             cluster("exec", "mhctl", sys.executable, "-m", "distgnn", "launch", str(parts),
                     "--executor", "slurm", "--preset", "multihost", "--log-dir",
-                    str(tmp_path / f"logs-{out}"), "--out", str(tmp_path / out), *common,
+                    str(tmp_path / f"logs-{out}"), "--out", str(tmp_path / out), *common, *extra,
                     timeout=600)
-        local, single = local.result(), single.result()
+        local, local8, single = local.result(), local8.result(), single.result()
     summary = json.loads((tmp_path / "hosts" / "summary.json").read_text())
     assert summary["hosts_by_rank"] == ["mh1", "mh2"]
     # the preset staged each part on its host's /scratch (stage_dir) and removed it after loading
@@ -200,6 +205,14 @@ def test_launch_puts_one_rank_on_each_host_stages_its_part_and_equals_one_proces
     assert single.returncode == 0, single.stderr[-2000:]
     assert losses(tmp_path / "hosts") == pytest.approx(losses(one), rel=1e-5)
     assert losses(tmp_path / "hosts4") == pytest.approx(losses(one), rel=1e-5)
+    # int8 rows between the hosts: the same keyed rounding as on one host, bit for bit, the
+    # bytes of 16-wide int8 rows (codes, scale, low: 24 bytes against 64) and near float32
+    assert local8.returncode == 0, local8.stderr[-2000:]
+    assert losses(tmp_path / "hosts-int8") == losses(tmp_path / "local-int8")
+    assert losses(tmp_path / "hosts-int8") == pytest.approx(losses(tmp_path / "hosts"), rel=1e-2)
+    assert losses(tmp_path / "hosts-int8") != losses(tmp_path / "hosts")
+    sent = lambda run: json.loads((tmp_path / run / "summary.json").read_text())["bytes_forward"]  # noqa: E731
+    assert sent("hosts-int8") == sent("hosts") * message_row_bytes(16, "int8") / 64
 
 
 @pytest.mark.slow

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
+from distgnn.errors import DistgnnError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,3 +36,28 @@ def test_scaling_model_refuses_a_shape_out_of_range(tmp_path: Path, verb, option
              else [str(tmp_path)])
     proc = run_cli("scaling-model", verb, *where, option, value)
     one_line(proc, f"{option} must be >= 1, got {value}")
+
+
+@pytest.mark.parametrize("options, needle", [
+    (dict(algo="0c", message_precision="int8"), "--message-precision int8: 0c sends no training rows"),
+    (dict(message_group=16), "--message-group: only with an integer --message-precision"),
+    (dict(message_precision="int4", message_group=-1), "--message-group must be an integer >= 0"),
+    (dict(message_precision="int3"), "--message-precision must be one of"),
+    (dict(model="gat", message_precision="int8"), "GAT's attention partials"),
+])
+def test_message_options_are_refused_where_they_do_not_apply(options, needle) -> None:
+    from distgnn.train.config import TrainConfig, check_config
+
+    with pytest.raises(DistgnnError, match=needle):
+        check_config(TrainConfig(**options))
+
+
+def test_message_precision_resolves_and_is_recorded() -> None:
+    from distgnn.train.config import TrainConfig
+
+    assert TrainConfig().exchange_spec().messages == "fp32"
+    assert TrainConfig(precision="bf16").exchange_spec().messages == "bf16"  # auto follows it
+    config = TrainConfig(algo="cd-5", message_precision="int2", message_group=64)
+    assert (config.exchange_spec().messages, config.exchange_spec().message_group) == ("int2", 64)
+    assert config.hyperparameters()["message_precision"] == "int2"
+    assert config.hyperparameters()["message_group"] == 64

@@ -317,6 +317,29 @@ def test_bytes_per_rank_count_what_the_plans_send() -> None:
     assert (one.bytes_forward, one.bytes_backward) == (0.0, 0.0)
 
 
+def test_message_widths_scale_the_bytes_and_add_the_pack_term() -> None:
+    """The hand count of the test above under --message-precision: a row of 256 values is 264
+    bytes in int8 and 72 in int2, one of 40 values 48 and 20 (codes, a float32 scale and low,
+    padding to 4 bytes); bf16 halves float32. The epoch pays the wire for those bytes and
+    ``pack_s_per_float`` for each value encoded and decoded; 0c sends nothing either way."""
+    law = ReplicationLaw(a=1.0, b=0.0, leaf_in_fraction=0.5, leaf_out_fraction=0.8)
+    slow = NetworkModel(latency=1e-6, bandwidth=1e8, allreduce_latency=1e-6, allreduce_bandwidth=1e8)
+
+    def epoch(messages: str, pack: float = 0.0, algo: str = "cd-0"):
+        costs = ComputeCosts(**{**_costs().to_dict(), "pack_s_per_float": pack})
+        return predict_epoch(4, algo, GRAPH, MODEL, costs, law, slow, rf=2.0, messages=messages)
+    rows = 32_500  # per width, each way (cd-0 at the root)
+    for messages, b256, b40 in (("fp32", 1024, 160), ("bf16", 512, 80), ("int8", 264, 48),
+                                ("int4", 136, 28), ("int2", 72, 20)):
+        e = epoch(messages)
+        assert e.messages == messages
+        assert (e.bytes_forward, e.bytes_backward) == (rows * (b256 + b40),) * 2
+    assert epoch("int8").exchange_s < epoch("bf16").exchange_s < epoch("fp32").exchange_s
+    assert epoch("int8", pack=1e-9).exchange_s > epoch("int8").exchange_s
+    assert epoch("bf16", pack=1e-9).exchange_s == epoch("bf16").exchange_s  # a cast: no pack term
+    assert epoch("auto", algo="0c").bytes_forward == 0.0
+
+
 def test_an_absolute_fit_reads_a_shaped_links_rate_through_its_burst() -> None:
     """A token bucket passes its burst (256 KB) at line rate (10 GB/s) and meters the rest at
     50 MB/s: the relative fit, where every size weighs alike, reads the line rate; the absolute

@@ -131,6 +131,24 @@ def test_input_cache_and_huge_pages_false_reach_the_train_command(tmp_path):
     assert "--no-huge-pages" in proc.stdout and "--order rcm" in proc.stdout
 
 
+@pytest.mark.parametrize("messages", ["int4", {"cd-1": "int2", "cd-0": "bf16"}])
+def test_message_precision_reaches_the_algorithms_that_send_rows(tmp_path, messages):
+    """One width for every algorithm that sends training rows, or one per algorithm; 0c gets
+    none (it would refuse it); --message-group only with an integer width."""
+    wd = workdir(tmp_path, tiny(train={"algos": ["cd-0", "cd-1", "0c"], "message_precision": messages,
+                                       "message_group": 32}))
+    proc = snakemake("-n", "-p", cwd=wd)
+    assert proc.returncode == 0, proc.stderr
+    lines = {algo: next(line for line in proc.stdout.splitlines()
+                        if "distgnn launch" in line and f"--algo {algo} " in line)
+             for algo in ("cd-0", "cd-1", "0c")}
+    want = ({"cd-0": "int4", "cd-1": "int4"} if isinstance(messages, str) else messages)
+    for algo, width in want.items():
+        assert f"--message-precision {width}" in lines[algo]
+        assert ("--message-group 32" in lines[algo]) == (width != "bf16")
+    assert "--message" not in lines["0c"]
+
+
 def test_predict_enabled_adds_one_predict_job_per_run(tmp_path):
     config = tiny(train={"algos": ["cd-0", "cd-1"]})
     config["predict"] = {"enabled": True, "layer": 0}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from distgnn.errors import DistgnnError
 from distgnn.models import registry
-from distgnn.vocabulary import APPLY_MODES
+from distgnn.vocabulary import APPLY_MODES, MESSAGE_PRECISIONS
 
 #: Shapes of the real graphs (vertices, directed edges aggregated over, features, classes).
 GRAPHS = {
@@ -58,6 +58,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "state; default: the train default)")
     pr.add_argument("--recompute-budget", type=float, default=None, metavar="B",
                     help="as distgnn train --recompute-budget (recompute rules)")
+    pr.add_argument("--message-precision", choices=MESSAGE_PRECISIONS, default="auto",
+                    help="as distgnn train --message-precision, for every algorithm that sends "
+                         "rows (default: %(default)s)")
+    pr.add_argument("--message-group", type=int, default=0, metavar="G",
+                    help="as distgnn train --message-group (default: %(default)s)")
     pr.add_argument("--network", choices=("infiniband", "measured"), default="infiniband",
                     help="100 Gb/s InfiniBand defaults, or the calibration's measured network")
     pr.add_argument("--bandwidth-gbps", type=float, help="override: link bandwidth in Gb/s")
@@ -149,7 +154,8 @@ def run_predict(args: argparse.Namespace) -> int:
         rule_class(args.cdr_rule)
     rows = speedup_table(graph, ModelShape(args.layers, args.hidden, not args.no_input_cache, args.model), costs.scaled(args.compute_speedup),
                          law, net, args.algos, sorted(args.parts), args.ranks_per_node, args.apply,
-                         args.fresh_copies, args.cdr_rule or default_rule(), args.recompute_budget)
+                         args.fresh_copies, args.cdr_rule or default_rule(), args.recompute_budget,
+                         args.message_precision, args.message_group)
     if args.json:
         print(json.dumps(rows))
         return 0

@@ -16,7 +16,7 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
     from distgnn.models import registry
     from distgnn.options import add_threads_option
     from distgnn.train.config import TrainConfig
-    from distgnn.vocabulary import APPLY_MODES, PRECISIONS
+    from distgnn.vocabulary import APPLY_MODES, MESSAGE_PRECISIONS, PRECISIONS
     from distgnn.exchange.rules import DEFAULT_RECOMPUTE_BUDGET, rule_names, rules_help
 
     d = TrainConfig()
@@ -49,6 +49,15 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                    help="fp32, or opt-in bf16: linear layers, gathered rows and the training "
                         "exchange in bfloat16; sums, loss, Adam and evaluation stay float32 "
                         "(docs/design.md#precision; default: %(default)s)")
+    p.add_argument("--message-precision", choices=MESSAGE_PRECISIONS, default=d.message_precision,
+                   help="how training rows and gradients travel between ranks: fp32, bf16, or "
+                        "int8/int4/int2 codes with a float32 scale and low value per row (or per "
+                        "--message-group columns), stochastically rounded where they are summed; "
+                        "auto: fp32, bf16 under --precision bf16 (docs/design.md#message-precision; "
+                        "default: %(default)s)")
+    p.add_argument("--message-group", type=int, default=d.message_group, metavar="G",
+                   help="with an integer --message-precision: one scale per G columns (0: per "
+                        "row; default: %(default)s)")
     p.add_argument("--no-input-cache", action="store_true",
                    help="aggregate the input features every epoch instead of once at the start "
                         "(saves [n_k, F] float32 of memory per rank)")
@@ -112,6 +121,8 @@ def config_from_args(args: argparse.Namespace):
                        checkpoint_every=args.checkpoint_every, resume=args.resume,
                        threads=args.threads, memory_check=not args.skip_memory_check,
                        precision=args.precision, input_cache=not args.no_input_cache,
+                       message_precision=args.message_precision,
+                       message_group=args.message_group,
                        apply=args.apply, delayed_gradients=args.delayed_gradients,
                        fresh_copies=args.fresh_copies, cdr_rule=args.cdr_rule or TrainConfig.cdr_rule,
                        recompute_budget=args.recompute_budget,

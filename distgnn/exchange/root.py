@@ -17,8 +17,9 @@ The tables hold only the rows that carry something (:mod:`distgnn.exchange.compa
 table the roots and the leaves with local out-edges, the partials the roots and the leaves with
 local in-edges.
 
-cd-0 runs them blocking, each with its exact adjoint (:mod:`distgnn.exchange.collectives`), so it
-equals one-process training. cd-r moves each split vertex once every r steps, non-blocking, and
+cd-0 runs them with its exact adjoints (:mod:`distgnn.exchange.collectives`), so it equals
+one-process training; a summed layer's two exchanges are each overlapped by the work that needs
+nothing remote (:mod:`distgnn.exchange.overlap`). cd-r moves each split vertex once every r steps, non-blocking, and
 reads what arrived r steps later (:mod:`distgnn.exchange.delayed_sum`;
 :mod:`distgnn.exchange.attention_delayed` for GAT). With ``fresh_copies`` (``--fresh-copies``)
 the broadcast is cd-0's and only the reduce is delayed. A constant layer (the stored features
@@ -43,6 +44,7 @@ from distgnn.exchange.delayed_sum import DelayedReduceGrad, DelayedSumState, Tab
 from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.norms import check_norm, global_out_degree, kernel_weights
+from distgnn.exchange.overlap import OverlapBlocks, OverlappedSum, overlap_enabled
 from distgnn.exchange.plans import broadcast_to, root_plans
 from distgnn.exchange.protocol import ModeAndMessages
 from distgnn.exchange.recompute import (RECOMPUTED_LAYER, choose_recomputed, copy_plans,
@@ -102,6 +104,11 @@ class RootAggregation(ModeAndMessages):
         weights = kernel_weights(norm, part.in_degree_global, out_degree, self.n_roots)
         self.kernel = LocalKernel(self.compact.graph, self.compact.weights(weights), threads,
                                   timers)
+        #: cd-0's summed layers with their exchanges overlapped (docs/design.md#overlap; None:
+        #: blocking, as with DISTGNN_OVERLAP=off or one rank)
+        self.overlap = (OverlapBlocks.split(self.compact.graph, self.kernel.weights, self.n_roots)
+                        if delay == 0 and comm.size > 1 and not self.single and overlap_enabled()
+                        else None)
         #: the stored features' aggregation: the destinations over all local rows
         self.feature_kernel = LocalKernel(self.compact.feature_graph,
                                           self.compact.feature_weights(weights), threads, timers)
@@ -148,6 +155,9 @@ class RootAggregation(ModeAndMessages):
             p = self.feature_kernel(self.feat_rows)
         elif self.single:  # every vertex is a root: no table to fill, no partial to reduce
             p = self.kernel(h)
+        elif self.overlap is not None and h.dtype == torch.float32:
+            return OverlappedSum.apply(h, self.overlap, self.sum_plans, comm, self.timers, kind,
+                                       self.kernel.threads)
         else:
             p = self.kernel(Broadcast.apply(h, self.kernel.graph.n_src, self.sum_plans, comm,
                                             self.timers, kind))

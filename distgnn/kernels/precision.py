@@ -4,7 +4,7 @@
 ``torch.autocast("cpu")`` (oneDNN's bf16 GEMM on CPUs with AVX512-BF16 or AMX), and the rows the
 aggregation gathers are bfloat16 too (:func:`in_dtype`: the layer input is cast once, the kernel
 widens each row exactly and sums in float32, so a sum's error is the rows' rounding only); the
-training exchange carries bfloat16 rows (the communicator's ``payload_dtype``: half the bytes,
+training exchange carries bfloat16 rows (``--message-precision auto``: half the bytes,
 counted as sent). Dropout, the loss, the optimizer state and the layer-0 input cache stay float32.
 The effect on accuracy is measured by ``bench/precision.py``; it is never counted toward float32
 speed targets.

@@ -85,12 +85,16 @@ class ComputeCosts:
     concurrency_dense: float = 1.0
     #: one destination row of the aggregation costs as much as this many edges
     agg_row_per_edge: float = 0.0
+    #: encoding one float32 value in an integer --message-precision and decoding it again
+    #: (distgnn.scaling.microbench.pack_cost; 0 in calibrations made before it)
+    pack_s_per_float: float = 0.0
 
     def scaled(self, speedup: float) -> "ComputeCosts":
         """The same costs on hardware ``speedup`` times faster at compute and copies."""
         return ComputeCosts(self.agg_s_per_edge_col / speedup, self.dense_s_per_vertex_unit / speedup,
                             self.copy_s_per_float / speedup, self.overhead_s / speedup, self.threads,
-                            self.concurrency_agg, self.concurrency_dense, self.agg_row_per_edge)
+                            self.concurrency_agg, self.concurrency_dense, self.agg_row_per_edge,
+                            self.pack_s_per_float / speedup)
 
     def to_dict(self) -> dict:
         return asdict(self)

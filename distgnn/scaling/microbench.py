@@ -4,7 +4,7 @@ against message size, and the copy cost around an exchange (clone, gather, scatt
     mpiexec -n 2 python -m distgnn.scaling.microbench OUT.json [--repeats 11] [--max-bytes B]
 
 Rank 0 writes ``{"pingpong"|"alltoall"|"allreduce": {"bytes": [...], "seconds": [...]},
-"copy_s_per_float": x, "concurrency_agg": s, "concurrency_dense": s, "network": NetworkModel
+"copy_s_per_float": x, "pack_s_per_float": x, "concurrency_agg": s, "concurrency_dense": s, "network": NetworkModel
 fitted}``; times are medians over repeats. The concurrency figures are how much slower a rank
 computes while the other rank computes too (1 when ranks do not share a machine).
 """
@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from distgnn.comm import Communicator
+from distgnn.kernels.message_codec import MessageCodec
 from distgnn.row_exchange import RowPlan, Traffic
 
 
@@ -84,12 +85,29 @@ def run(out: Path, repeats: int = 11, max_bytes: int = 8 * 4 ** 11) -> dict:
         total[ids] = rows
     t = _median_time(copies, repeats, comm)
     result["copy_s_per_float"] = t / (n * w + 3 * len(ids) * w)
+    result["pack_s_per_float"] = pack_cost(repeats)
     result.update(concurrency(comm, repeats))
     net = fitted_network(result["pingpong"], result["alltoall"], result["allreduce"])
     result["network"] = net.to_dict()
     if rank == 0:
         out.write_text(json.dumps(result, indent=1))
     return result
+
+
+def pack_cost(repeats: int, n: int = 100_000, width: int = 256) -> float:
+    """Seconds to encode one float32 value in int8 with stochastic rounding and decode it again
+    (one thread; the codec's cost per value sent, docs/design.md#message-precision). The rows are
+    decoded into a buffer made once: a float32 exchange allocates its received rows too, so the
+    allocation is not the codec's."""
+    codec = MessageCodec("int8", threads=1)
+    x = torch.randn(n, width)
+    into = torch.empty_like(x)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        codec.decode(codec.encode(x, True, 1), width, out=into)
+        times.append(time.perf_counter() - start)
+    return float(np.median(times)) / (n * width)
 
 
 def concurrency(comm: Communicator, repeats: int, rounds: int = 3) -> dict:

@@ -27,6 +27,10 @@ Per rank (the slowest one sets the epoch):
   leaves recompute, layer 0's dense work grows by q N / P rows, q = min(the recompute budget,
   RF(P) - 1) (every leaf counted as a source: an upper bound), and layer 1's copies move only for
   the leaf rows beyond q N / P;
+* rows travel as ``--message-precision`` sends them (read from the spec): ``row_bytes(a_l)``
+  bytes a row (4 a_l in float32; codes, scales and padding in the integer widths), and each value
+  sent under an integer width costs ``pack_s_per_float`` to encode and decode (measured by the
+  microbenchmark), beside the copies;
 * 0c: no exchange;
 * every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead;
 * ranks sharing one machine (``ranks_per_node`` > 1) compute slower by the measured concurrency
@@ -44,7 +48,7 @@ from distgnn.models import registry
 from distgnn.scaling.costs import ComputeCosts, GraphShape, ModelShape
 from distgnn.scaling.network import NetworkModel
 from distgnn.scaling.replication import ReplicationLaw
-from distgnn.vocabulary import parse_algorithm, resolve_apply
+from distgnn.vocabulary import MESSAGE_BITS, message_row_bytes, parse_algorithm, resolve_apply
 
 F32 = 4
 
@@ -67,6 +71,7 @@ class EpochPrediction:
     #: ``bytes_backward`` of metrics.jsonl are these summed over the ranks)
     bytes_forward: float = 0.0
     bytes_backward: float = 0.0
+    messages: str = "fp32"                #: how the rows travel (--message-precision resolved)
 
     @property
     def total_s(self) -> float:
@@ -79,7 +84,8 @@ class EpochPrediction:
 
 
 def exchange_for(algo: str, model: ModelShape, apply: str = "auto", fresh_copies: bool = False,
-                 rule: str = DEFAULT_RULE, recompute_budget: float | None = None) -> ExchangeSpec:
+                 rule: str = DEFAULT_RULE, recompute_budget: float | None = None,
+                 messages: str = "auto", message_group: int = 0) -> ExchangeSpec:
     """The exchange spec a run of ``algo`` with these ``distgnn train`` options resolves to, the
     options that do not apply to ``algo`` dropped (one table covers cd-0, 0c and cd-r alike)."""
     algorithm = parse_algorithm(algo)
@@ -87,7 +93,9 @@ def exchange_for(algo: str, model: ModelShape, apply: str = "auto", fresh_copies
     at_root = cdr_at_root(algorithm, resolved)
     shape = registry.shape_spec(model.model)
     facts = dict(input_cache=model.input_cache, layers=model.layers,
-                 layer_stack=shape.recomputes, attention=shape.attention)
+                 layer_stack=shape.recomputes, attention=shape.attention,
+                 messages=messages if algorithm.exchange else "auto",
+                 message_group=message_group if algorithm.exchange and messages in MESSAGE_BITS else 0)
     exchange = resolve_exchange(algorithm, resolved, fresh_copies=fresh_copies and at_root,
                                 rule=rule if at_root and not shape.attention else DEFAULT_RULE,
                                 **facts)
@@ -102,14 +110,21 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
                   ranks_per_node: int = 1, apply: str = "auto",
                   fresh_copies: bool = False, rule: str = FIRST_RULE,
                   recompute_budget: float | None = None,
-                  spec: ExchangeSpec | None = None) -> EpochPrediction:
+                  spec: ExchangeSpec | None = None, messages: str = "auto",
+                  message_group: int = 0) -> EpochPrediction:
     """Predicted epoch of ``algo`` at ``parts`` ranks (``rf`` overrides the law's RF(P));
     ``ranks_per_node`` ranks share each machine. The run's exchange: ``spec`` (a trainer's
     spec), or the spec of :func:`exchange_for` with ``apply``, ``fresh_copies``, ``rule`` and
     ``recompute_budget`` as ``distgnn train --apply``, ``--fresh-copies``, ``--cdr-rule`` and
-    ``--recompute-budget`` (cd-<r> at the root only; ignored otherwise)."""
+    ``--recompute-budget`` (cd-<r> at the root only; ignored otherwise), ``messages`` and
+    ``message_group`` as ``--message-precision`` and ``--message-group``."""
     if spec is None:
-        spec = exchange_for(algo, model, apply, fresh_copies, rule, recompute_budget)
+        spec = exchange_for(algo, model, apply, fresh_copies, rule, recompute_budget, messages,
+                            message_group)
+    def wire(width: int) -> float:  # bytes of one row of ``width`` values on the wire
+        return float(message_row_bytes(width, spec.messages, spec.message_group))
+
+    pack = costs.pack_s_per_float if spec.messages in MESSAGE_BITS else 0.0
     a, apply, fresh_copies = spec.algorithm, spec.apply, spec.fresh_copies
     rf = 1.0 if parts == 1 else float(rf if rf is not None else law(parts))
     n = rf * graph.num_nodes / parts * (law.vertex_balance if parts > 1 else 1.0)
@@ -137,33 +152,35 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
             # under a recompute rule the first width is layer 1's (layer 0 is cached)
             copies = leaves - (recomputed * rows if i == 0 else 0.0)
             if a.delay == 0:
-                one = 2 * net.alltoallv(parts, leaves * w * F32) + costs.copy_s_per_float * (n * w + 4 * leaves * w)
+                one = (2 * net.alltoallv(parts, leaves * wire(w)) + costs.copy_s_per_float * (n * w + 4 * leaves * w)
+                       + pack * 2 * leaves * w)
                 exchange += 2 * one  # forward and backward (the adjoint)
             elif fresh_copies:
                 # cd-0's broadcast, blocking, forward and its adjoint backward; the reduce (and its
                 # delayed gradient) in bins of 1/r of the rows, non-blocking
-                broadcast = net.alltoallv(parts, leaves * w * F32) + costs.copy_s_per_float * (
-                    n * w + 2 * leaves * w)
-                exchange += 2 * broadcast + 2 * (parts - 1) * net.latency + costs.copy_s_per_float * (
+                broadcast = (net.alltoallv(parts, leaves * wire(w))
+                             + costs.copy_s_per_float * (n * w + 2 * leaves * w) + pack * 2 * leaves * w)
+                exchange += 2 * broadcast + 2 * (parts - 1) * net.latency + (costs.copy_s_per_float + pack) * (
                     2 * leaves * w / a.delay)
             elif apply == "root":
                 # two messages posted per layer (broadcast and reduce), 1/r of the rows each, and
                 # their delayed gradients; the roots' rows copied into the persistent source table
                 messages = 4 if copies > 0 else 2
                 exchange += messages * (parts - 1) * net.latency + costs.copy_s_per_float * (
-                    (rows + recomputed * rows * (i == 0)) * w + 2 * (leaves + copies) * w / a.delay)
+                    (rows + recomputed * rows * (i == 0)) * w + 2 * (leaves + copies) * w / a.delay) + (
+                    pack * 2 * (leaves + copies) * w / a.delay)
             else:
-                exchange += 2 * (parts - 1) * net.latency + costs.copy_s_per_float * 3 * leaves * w / a.delay
+                exchange += 2 * (parts - 1) * net.latency + (costs.copy_s_per_float * 3 + pack * 2) * leaves * w / a.delay
     allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)
     sent = (rows_sent(a.delay, apply, fresh_copies, leaves, recomputed * rows, law, len(widths))
             if a.exchange and parts > 1 else [(0.0, 0.0)] * len(widths))
-    forward = sum(f * w * F32 for (f, _), w in zip(sent, widths))
-    backward = sum(b * w * F32 for (_, b), w in zip(sent, widths))
+    forward = sum(f * wire(w) for (f, _), w in zip(sent, widths))
+    backward = sum(b * wire(w) for (_, b), w in zip(sent, widths))
     return EpochPrediction(parts, algo, rf, aggregate, dense, exchange, allreduce, costs.overhead_s,
                            apply, fresh_copies,
                            spec.rule.name if spec.cdr_at_root else None,
                            spec.recompute_budget,
-                           forward, backward)
+                           forward, backward, spec.messages)
 
 
 def rows_sent(delay: int, apply: str, fresh_copies: bool, leaves: float, recomputed: float,
@@ -195,20 +212,25 @@ def rows_sent(delay: int, apply: str, fresh_copies: bool, leaves: float, recompu
 def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law: ReplicationLaw,
                   net: NetworkModel, algos: list[str], parts: list[int], ranks_per_node: int = 1,
                   apply: str = "auto", fresh_copies: bool = False, rule: str = FIRST_RULE,
-                  recompute_budget: float | None = None) -> list[dict]:
+                  recompute_budget: float | None = None, messages: str = "auto",
+                  message_group: int = 0) -> list[dict]:
     """One row per (algo, P): the prediction's parts, total and speedup over P = 1 (cd-0 at P = 1
     is the single-socket reference for every algorithm: at P = 1 they coincide). ``apply``:
     ``auto`` (each algorithm's default), ``root`` (refused for 0c and cd-r-orig) or ``replicas``;
     ``fresh_copies``, ``rule``, ``recompute_budget``: cd-<r> at the root as under ``distgnn train
-    --fresh-copies``, ``--cdr-rule``, ``--recompute-budget``."""
+    --fresh-copies``, ``--cdr-rule``, ``--recompute-budget``; ``messages``, ``message_group``: as
+    ``--message-precision`` and ``--message-group`` for every algorithm that sends rows (the
+    P = 1 reference sends none)."""
     base = predict_epoch(1, "cd-0", graph, model, costs, law, net).total_s
     rows = []
     for algo in algos:
         for p in parts:
             e = predict_epoch(p, algo, graph, model, costs, law, net, ranks_per_node=ranks_per_node,
                               apply=apply, fresh_copies=fresh_copies, rule=rule,
-                              recompute_budget=recompute_budget)
+                              recompute_budget=recompute_budget, messages=messages,
+                              message_group=message_group)
             rows.append({"algo": algo, "apply": e.apply, "fresh_copies": e.fresh_copies, "P": p,
+                         "messages": e.messages,
                          "rule": e.rule, "recompute_budget": e.recompute_budget,
                          "rf": e.replication_factor,
                          "epoch_s": e.total_s,

@@ -13,7 +13,8 @@ starting ``distgnn train`` (it reads only attributes: no array is loaded). Compo
   of feat, float32 [n_k, F], and for 0c and cd-r at P > 1 with layer 0 aggregating first their
   own kept layer-0 aggregate, one more [n_k, F];
 * ``graph``: CSR and its transpose (int64 indptr, int32 indices), ids, degrees, communication plans;
-  under apply-at-root at P > 1 a second CSR and transpose over the compact tables, with their
+  under apply-at-root at P > 1 a second CSR and transpose over the compact tables (cd-0: and its
+  overlap blocks, a third), with their
   row ids and position maps (docs/design.md#compact-rows);
 * ``activations``: tensors autograd keeps between forward and backward (ReLU output and dropout
   output of every hidden layer, the logits) plus the working set of the widest layer (its local
@@ -163,6 +164,10 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str | Excha
         # the compact tables' CSR and transpose and their position maps (an upper bound: where
         # every row has both kinds of edges they share the stored arrays)
         graph += 2 * (n + 1) * i64 + 2 * m * i32 + 4 * n * i64
+        if delay == 0 and exchanges:
+            # cd-0's overlap blocks: every edge once more, forward and transpose, with their
+            # row pointers and scales (docs/design.md#overlap)
+            graph += 4 * (n + 2) * i64 + 2 * m * i32 + 2 * n * f32
     saved = (sum(SAVED_PER_HIDDEN_LAYER * o for _, o, _ in widths[:-1]) + 2 * shape.num_classes
              + spec.extra_activations(widths, hidden))
     working = max(WORKING_SET_TENSORS * max(a, o) for _, o, a in widths)

@@ -110,8 +110,8 @@ def newest_checkpoint(run_dir: Path, hyperparameters: dict[str, Any],
 
     saved = dict(manifest["hyperparameters"])
     for key, value in LATER_HYPERPARAMETERS.items():  # a checkpoint older than the key meant this
-        if key in hyperparameters:
-            saved.setdefault(key, value)
+        if key in hyperparameters and key not in saved:
+            saved[key] = value(saved) if callable(value) else value
     differ = sorted(k for k in set(saved) | set(hyperparameters) if saved.get(k) != hyperparameters.get(k))
     if differ:
         key = differ[0]

@@ -11,11 +11,15 @@ from distgnn.models import registry
 from distgnn.options import check_threads
 from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm, check_precision, parse_algorithm, resolve_apply
 from distgnn.exchange.rules import DEFAULT_RULE, FIRST_RULE
-from distgnn.exchange.spec import ExchangeSpec, resolve_exchange
+from distgnn.exchange.spec import ExchangeSpec, resolve_exchange, resolve_messages
 
 #: keys added to the hyperparameters after checkpoints existed, with the value older ones meant
 LATER_HYPERPARAMETERS = {"model": registry.FIRST_MODEL, "heads": 8, "fresh_copies": False,
-                         "cdr_rule": FIRST_RULE, "recompute_budget": None}
+                         "cdr_rule": FIRST_RULE, "recompute_budget": None,
+                         # rows travelled in bfloat16 under --precision bf16, else float32
+                         "message_precision": lambda saved: ("bf16" if saved.get("precision") == "bf16"
+                                                             else "fp32"),
+                         "message_group": 0}
 
 
 @dataclass
@@ -45,6 +49,11 @@ class TrainConfig:
     threads: int = 0
     memory_check: bool = True
     precision: str = "fp32"
+    #: how training rows travel: auto (the algorithm's default), fp32, bf16, int8, int4, int2
+    #: (docs/design.md#message-precision)
+    message_precision: str = "auto"
+    #: integer widths: columns per scale (0: the whole row)
+    message_group: int = 0
     input_cache: bool = True   #: compute layer 0's aggregate of the input features once
     apply: str = "auto"        #: where the dense work runs: auto, root or replicas
     #: cd-r under root: gradients travel back r steps late (None: the rule, on for cd-r at the
@@ -80,25 +89,28 @@ class TrainConfig:
                                 recompute_budget=self.recompute_budget,
                                 input_cache=self.input_cache, layers=self.layers,
                                 layer_stack=model is not None and model.recomputes,
-                                attention=model is not None and model.attention)
+                                attention=model is not None and model.attention,
+                                messages=self.message_precision, message_group=self.message_group,
+                                precision=self.precision)
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
-        ``apply``, ``delayed_gradients`` and ``recompute_budget`` as the exchange spec resolved
-        them."""
+        ``apply``, ``delayed_gradients``, ``recompute_budget`` and ``message_precision`` as the
+        exchange spec resolved them."""
         keep = ("algo", "model", "heads", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
-                "precision", "delayed_gradients", "fresh_copies", "cdr_rule", "recompute_budget")
+                "precision", "delayed_gradients", "fresh_copies", "cdr_rule", "recompute_budget", "message_group")
         out = {k: v for k, v in asdict(self).items() if k in keep}
         exchange = self.exchange_spec()
         out["apply"] = exchange.apply
         out["delayed_gradients"] = exchange.delayed_gradients
         out["recompute_budget"] = exchange.recompute_budget
+        out["message_precision"] = exchange.messages
         return out
 
 
 def check_attention(config: TrainConfig, algorithm: Algorithm, who: str) -> None:
     """Refuse, in one line naming ``who``, what attention cannot run under: cd-r-orig, cd-r on
-    the replicas and bf16 (docs/design.md#gat)."""
+    the replicas, bf16 and integer message widths (docs/design.md#gat)."""
     if algorithm.paper_rule:
         raise DistgnnError(f"{who}: {algorithm.name} has no attention rule; use cd-"
                            f"{algorithm.delay} (at the root)")
@@ -107,6 +119,11 @@ def check_attention(config: TrainConfig, algorithm: Algorithm, who: str) -> None
                            f"rule; cd-<r> runs attention at the root (--apply auto or root)")
     if config.precision != "fp32":
         raise DistgnnError(f"{who}: --precision bf16 is not supported for attention yet (use fp32)")
+    try:  # the partials of a softmax take no integer width
+        resolve_messages(algorithm, config.message_precision, config.message_group,
+                         config.precision, attention=True)
+    except DistgnnError as exc:
+        raise DistgnnError(f"{who}: {exc}") from None
 
 
 def check_config(config: TrainConfig) -> ExchangeSpec:

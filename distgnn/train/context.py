@@ -24,6 +24,7 @@ from distgnn.models import registry
 from distgnn.models.base import LayerStack
 from distgnn.train.agreement import agreed
 from distgnn.exchange.spec import ExchangeSpec
+from distgnn.kernels.message_codec import MessageCodec
 from distgnn.train.config import TrainConfig, check_config
 from distgnn.partition.part_loader import PartitionData, load_partition, read_assignment_attrs
 from distgnn.train.staging import stage_part, unstage
@@ -120,8 +121,10 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
         part, exchange, model.norm, comm, eval_comm, timers, config.threads,
         aggregates_first=bool(getattr(model, "aggregates_input_first", False)),
         recompute=recompute)
-    if config.precision == "bf16":  # rows gathered and exchanged in bfloat16 (distgnn/kernels/precision.py)
-        comm.payload_dtype = torch.bfloat16
+    # training rows on the wire (docs/design.md#message-precision)
+    comm.set_messages(MessageCodec(exchange.messages, exchange.message_group, config.threads),
+                      config.seed)
+    if config.precision == "bf16":  # rows gathered in bfloat16 (distgnn/kernels/precision.py)
         aggregation.gather_features_as(torch.bfloat16)
     ctx = RankContext(config, exchange, exchange.algorithm, comm, eval_comm, partition_dir,
                       assignment, part, exchange.apply,

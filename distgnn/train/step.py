@@ -79,6 +79,7 @@ def train_step(ctx: RankContext, optimizer: Adam, epoch: int, train_ids: torch.T
     """One epoch's step; returns the loss summed over ranks (the same on every rank)."""
     ctx.model.train()
     ctx.aggregation.train()
+    ctx.comm.start_epoch(epoch)  # the epoch's rounding streams (docs/design.md#message-precision)
     optimizer.zero_grad(set_to_none=False)
     logits = forward(ctx, keyed_dropout(ctx, epoch), epoch)
     loss = loss_sum(logits[train_ids], ctx.part.label[train_ids], ctx.multilabel) / global_train_count

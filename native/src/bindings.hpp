@@ -13,3 +13,4 @@ void register_csr(nanobind::module_& m);
 void register_aggregate(nanobind::module_& m);
 void register_partition(nanobind::module_& m);
 void register_attention(nanobind::module_& m);
+void register_quantize(nanobind::module_& m);

@@ -26,4 +26,5 @@ NB_MODULE(_native, m) {
   register_aggregate(m);
   register_partition(m);
   register_attention(m);
+  register_quantize(m);
 }

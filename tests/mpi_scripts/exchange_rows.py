@@ -14,6 +14,7 @@ import torch
 
 import distgnn.row_exchange as row_exchange
 from distgnn.comm import Communicator
+from distgnn.kernels.message_codec import MessageCodec
 from distgnn.row_exchange import RowPlan
 
 
@@ -60,25 +61,28 @@ def main() -> int:
     send = plan([count(me, j) for j in range(size)])
     recv = plan([count(i, me) for i in range(size)])
     failures = []
-    for dtype, payload in ((torch.float32, None), (torch.float64, None),
-                           (torch.float32, torch.bfloat16)):
-        comm.payload_dtype = payload
-        elsize = torch.empty(0, dtype=payload or dtype).element_size()
+    for dtype, messages in ((torch.float32, "fp32"), (torch.float64, "fp32"),
+                            (torch.float32, "bf16"), (torch.float32, "int4")):
+        codec = MessageCodec(messages)
+        comm.set_messages(codec, seed=0)
         for width in (1, 3, 128):
+            row_bytes = codec.row_bytes(width) if dtype == torch.float32 else 8 * width
             for piece_rows in (None, 1):
-                row_exchange.PIECE_BYTES = (1 << 20) if piece_rows is None else piece_rows * width * elsize
+                row_exchange.PIECE_BYTES = (1 << 20) if piece_rows is None else piece_rows * row_bytes
                 spy.sends.clear(), spy.recvs.clear()
                 rows = torch.cat([block(me, j, width) for j in range(size)]).to(dtype)
                 got = comm.exchange_rows(rows, send, recv, "forward")
                 want = torch.cat([block(i, me, width) for i in range(size)]).to(dtype)
-                case = f"{dtype} as {payload or dtype}, width {width}, pieces of {piece_rows or 'any'} rows"
+                if codec.bits:  # forward rows without a direction round to nearest: no key
+                    want = codec.decode(codec.encode(want), width, dtype)
+                case = f"{dtype} as {messages}, width {width}, pieces of {piece_rows or 'any'} rows"
                 if got.dtype != dtype or not torch.equal(got, want):
                     failures.append(f"{case}: wrong rows")
                 for calls, counts in ((spy.sends, send.counts), (spy.recvs, recv.counts)):
                     moved = [0] * size
                     for (buf, n, row_type), peer in calls:
                         moved[peer] += n
-                        if row_type.Get_size() != width * elsize or len(buf) != n:
+                        if row_type.Get_size() != row_bytes or len(buf) != n:
                             failures.append(f"{case}: a piece of {n} rows in {row_type.Get_size()}"
                                             f"-byte rows, buffer of {len(buf)}")
                         if piece_rows is not None and n > piece_rows:

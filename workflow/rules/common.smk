@@ -6,7 +6,7 @@ from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER
 from distgnn.errors import DistgnnError
 from distgnn.models.registry import spec as model_spec
 from distgnn.models.registry import DEFAULT_MODEL, run_name
-from distgnn.vocabulary import parse_algorithm, resolve_apply
+from distgnn.vocabulary import MESSAGE_BITS, parse_algorithm, resolve_apply
 from snakemake.exceptions import WorkflowError
 
 
@@ -57,7 +57,9 @@ def train_options(algo):
     """`distgnn train` options of one algorithm from config['train'] (the experiment's model and
     schedule): `apply` as configured (refused at load time where the algorithm cannot run it),
     `delayed_gradients` (when set), `fresh_copies` (when true), `cdr_rule` and
-    `recompute_budget` (when set) for cd-<r> only, the one algorithm they apply to."""
+    `recompute_budget` (when set) for cd-<r> only, the one algorithm they apply to;
+    `message_precision` (one width, or one per algorithm) and `message_group` for the algorithms
+    that send training rows."""
     t = config["train"]
     flags = ["model", "epochs", "layers", "hidden", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "checkpoint_every", "precision"]
@@ -73,6 +75,13 @@ def train_options(algo):
     if t.get("apply", "auto") != "auto":
         options.append(f"--apply {t['apply']}")
     algorithm = parse_algorithm(algo)
+    messages = t.get("message_precision", "auto")
+    if isinstance(messages, dict):
+        messages = messages.get(algo, "auto")
+    if messages != "auto" and algorithm.exchange:  # 0c sends no training rows
+        options.append(f"--message-precision {messages}")
+    if t.get("message_group") and algorithm.exchange and messages in MESSAGE_BITS:
+        options.append(f"--message-group {t['message_group']}")
     if t.get("delayed_gradients") is not None and algorithm.cdr_variant:
         options.append("--delayed-gradients" if t["delayed_gradients"] else "--no-delayed-gradients")
     if t.get("fresh_copies") and algorithm.cdr_variant:
