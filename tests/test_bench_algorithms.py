@@ -36,8 +36,9 @@ def test_algorithms_smoke(tmp_path: Path) -> None:
     assert cells["cd-0"][names.index("apply")] == "root" and cells["0c"][names.index("apply")] == "replicas"
     assert "0c loses" in proc.stdout
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
-    # a kept run is reused only with the settings asked for: other epochs train it again
-    run = tmp_path / "work" / "runs" / "cd-0-seed0"
+    # a kept run is reused only with the settings asked for: other epochs train it again; runs are
+    # kept per partition, so P = 2 and P = 4 runs of one algorithm never stand in for each other
+    run = tmp_path / "work" / "runs" / "libra-2" / "cd-0-seed0"
     assert len((run / "metrics.jsonl").read_text().splitlines()) == 6
     again = cmd[:cmd.index("--epochs") + 1] + ["4"] + cmd[cmd.index("--epochs") + 2:cmd.index("--algos") + 1] \
         + ["cd-0"] + cmd[cmd.index("--work"):]
