@@ -6,7 +6,7 @@ import sys
 from snakemake.utils import min_version, validate
 from distgnn.models.registry import BUILT_IN, DEFAULT_MODEL
 from distgnn.vocabulary import ALGO_PATTERN  # the one grammar of names
-from distgnn.workflow_config import registry_mismatch_in, unknown_key_in
+from distgnn.workflow_config import registry_mismatch_in, unknown_dataset, unknown_key_in
 
 min_version("8.0")
 
@@ -14,8 +14,10 @@ min_version("8.0")
 configfile: "config/config.yaml"
 
 
-# A typo in a key (epoch: for epochs:) in one line, before validate() dumps schema and config.
-unknown_key = unknown_key_in(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml")
+# A typo in a key (epoch: for epochs:) or a dataset name in one line, before validate() dumps
+# schema and config, and before a fetch job would fail with the cause only in its log.
+unknown_key = unknown_key_in(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml") \
+    or unknown_dataset(config)
 if unknown_key:
     print(f"Error in the config: {unknown_key}", file=sys.stderr)
     sys.exit(1)

@@ -8,7 +8,7 @@ import signal
 import sys
 import textwrap
 
-from distgnn.errors import DistgnnError
+from distgnn.errors import DistgnnError, os_error_line
 from distgnn.host_memory import fix_mmap_threshold
 from distgnn.progress import set_quiet
 
@@ -61,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"distgnn {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # full disk, permissions, vanished files: say which file and why
-        where = f" ({exc.filename})" if exc.filename else ""
-        print(f"distgnn {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        print(f"distgnn {args.command}: error: {os_error_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"distgnn {args.command}: interrupted", file=sys.stderr)

@@ -66,3 +66,18 @@ def registry_mismatch_in(schema_path: str | os.PathLike) -> str | None:
     """:func:`registry_mismatch` of the schema file at ``schema_path``."""
     with open(schema_path) as f:
         return registry_mismatch(yaml.safe_load(f))
+
+
+def unknown_dataset(config: dict[str, Any]) -> str | None:
+    """One line naming the first ``datasets[i].dataset`` that ``distgnn fetch`` does not know
+    (distgnn.data.catalog), with the nearest name, or None: a dry run refuses a misspelt dataset
+    that the schema (any string) lets through and that would fail only inside the fetch job."""
+    from distgnn.data.catalog import DATASETS
+
+    for i, entry in enumerate(config.get("datasets") or []):
+        name = entry.get("dataset") if isinstance(entry, dict) else None
+        if isinstance(name, str) and name not in DATASETS:
+            nearest = difflib.get_close_matches(name, DATASETS, n=1)
+            hint = f"did you mean '{nearest[0]}'?" if nearest else f"known: {', '.join(DATASETS)}"
+            return f"unknown dataset '{name}' in 'datasets[{i}]' ({hint})"
+    return None

@@ -391,9 +391,15 @@ def end_by_a_cut_link(proc: subprocess.Popen, logs: Path) -> None:
         assert processes_on("mh2", "submitit") == []
     finally:
         cluster("link", "mh2", "up")  # waits until Slurm serves mh2 again
-    lines = sorted(set(job_lines(logs, err, "no rank has made progress for more than 10 s "
-                                            "(--hang-timeout)")) - seen)
-    assert len(lines) == 1, (err[-2000:], lines)  # relayed live and in the log: one line
+    said = sorted(set(job_lines(logs, err, "no rank has made progress for more than 10 s "
+                                           "(--hang-timeout)")) - seen)
+    # the watchdog's line, relayed live and in the log, is one line; the launcher's last line
+    # quotes it and says how to continue
+    lines = [line for line in said if line.startswith("distgnn train: rank 0: error: ")]
+    assert len(lines) == 1, (err[-2000:], said)
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("distgnn launch: error: job ") and lines[0] in last, last
+    assert last.endswith("rerun this launch with --resume to continue from it"), last
     # each rank and its host, grouped by what they wait for: an exchange names its peer; both in
     # the gradients' all-reduce are one group waiting for every rank; a rank whose part of a
     # gather left before the cut may already wait in the next epoch's exchange while rank 0

@@ -261,3 +261,38 @@ def test_order_and_old_stream_spelling(graph, tmp_path, capsys):
     code, _, err = run(["partition", str(graph), "--parts", "2", "--order", "shuffle", "--stream",
                         "store", "--out", str(tmp_path / "x")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "contradicts --stream" in err
+
+
+def test_out_of_another_kind_is_refused_and_left_as_it_was(graph, built, tmp_path, capsys):
+    """partition writes only into a new, empty or partition folder (docs/design.md#run-folder): a
+    graph store, the dataset's folder, a run folder, a file or a folder of other files is refused
+    in one line before anything is written, and left byte-identical; --force does not change that."""
+    from test_run_folder import digest
+
+    dataset = tmp_path / "data"
+    shutil.copytree(graph.parent, dataset)
+    store = dataset / graph.name
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    plain = tmp_path / "file"
+    plain.write_text("x")
+    cases = {store: "is a Zarr store, not a partition folder", dataset: "is a dataset folder",
+             run_dir: "is a run folder", other: "holds files that are not distgnn partitions (notes.txt)",
+             plain: "exists and is not a folder"}
+    for out, words in cases.items():
+        before = digest(out)
+        for argv in (["partition"], ["partition", "assign"]):
+            for force in ([], ["--force"]):
+                code, _, err = run([*argv, str(graph), "--parts", "2", "--out", str(out), "--quiet",
+                                    *force], capsys)
+                lines = err.splitlines()
+                assert code == 2 and len(lines) == 1, err
+                assert lines[0].startswith(f"distgnn partition: error: --out {out}: {words}"), lines
+                assert digest(out) == before, out
+    # its own kind is replaced with --force, as before
+    assert run(["partition", str(graph), "--parts", "3", "--out", str(built), "--quiet", "--force"],
+               capsys)[0] == 0

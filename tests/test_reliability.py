@@ -301,6 +301,33 @@ def test_a_rank_frozen_while_loading_is_caught(two_parts, tmp_path: Path) -> Non
     assert f"rank 1 on {socket.gethostname()} (loading its part)" in proc.stderr, proc.stderr[-2000:]
 
 
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("frozen, speaker", [(1, 0), (0, 1)])
+def test_a_rank_frozen_before_the_first_collective_ends_the_job(two_parts, tmp_path: Path,
+                                                                frozen: int, speaker: int) -> None:
+    """Before the run folder exists there are no heartbeats: a rank frozen (or cut off) before
+    start-up's first collective once left the others waiting in MPI for ever. The start-up guard
+    ends the job in one line from rank 0, or from rank 1 when rank 0 is the frozen one."""
+    start = time.monotonic()
+    proc = mpiexec(2, "train", two_parts[1], "--epochs", "2", "--hang-timeout", "2", "--out",
+                   tmp_path / "run", timeout=120,
+                   env={**fault_env(DISTGNN_TEST_FREEZE_START_RANK=str(frozen)),
+                        "DISTGNN_SHARED_PROBE_S": "0"})
+    assert proc.returncode != 0
+    assert time.monotonic() - start < 60
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("distgnn train")]
+    errors = [line for line in lines if "error" in line]
+    assert len(errors) == 1, proc.stderr[-2000:]
+    assert errors[0].startswith(f"distgnn train: rank {speaker}: error: starting, rank {speaker} "
+                                f"on {socket.gethostname()} waited "), errors
+    assert "inside MPI (" in errors[0] and "--hang-timeout 2)" in errors[0]
+    # mpiexec ends the job with SIGCONT and SIGTERM: a stopped rank 0 wakes and says it was
+    # interrupted (a node really frozen or gone says nothing)
+    assert set(lines) - set(errors) <= ({"distgnn train: interrupted before the first checkpoint "
+                                         "(rerun the command to start again)"} if frozen == 0 else set())
+
+
 THREADS_COMMANDS = {"fetch": ["synth-reddit"], "partition": ["graph.zarr", "--parts", "2"],
                     "train": ["parts"], "launch": ["parts"], "predict": ["run"]}
 

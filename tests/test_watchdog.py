@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import partitioned_twin
-from distgnn.train.watchdog import HEARTBEATS, Heartbeat, HeartbeatFolder, Watchdog, read_heartbeat
+from distgnn.train.watchdog import (HEARTBEATS, Heartbeat, HeartbeatFolder, StartupGuard, Watchdog,
+                                    read_heartbeat)
 
 
 def test_silent_rank_is_named_and_live_ranks_are_left_alone(tmp_path: Path, capfd) -> None:
@@ -151,6 +152,46 @@ def test_every_rank_stalled_in_mpi_ends_the_job_naming_hosts_and_peers(capfd) ->
             "inside MPI: ranks 0 (mh1), 2 (mh3) wait for rank 1 (mh2) in exchange_rows(forward, "
             "broadcast) (epoch 2: part of 0); rank 1 (mh2) waits for ranks 0 (mh1), 2 (mh3) in "
             "exchange_rows(forward, broadcast) (epoch 2: part of 1)") in lines[0], lines[0]
+
+
+
+def test_the_startup_guard_ends_a_stalled_start_rank_0_first_and_never_a_computing_one(capfd) -> None:
+    """Before the heartbeats exist (timeout 10 s, grace 5 s): a rank outside MPI, or in a wait
+    that progresses, is never ended; a wait stalled for 15 s ends rank 0 with one line, rank 1
+    only after twice that (it speaks when rank 0 could not), rank 2 silently with it."""
+    clock = Clock()
+    waits = [Waits(clock) for _ in range(3)]
+    exits: dict[int, int] = {}
+    guards = [StartupGuard(k, 10.0, grace=5.0, exit=lambda code, k=k: exits.setdefault(k, code),
+                           waits=waits[k], host=f"mh{k + 1}") for k in range(3)]
+
+    def run(seconds: float) -> None:
+        end = clock.t + seconds
+        while clock.t < end:
+            clock.t += guards[0].interval
+            for guard in guards:
+                guard.tick(clock.t)
+
+    run(100)                                   # reading, computing: outside MPI
+    for _ in range(10):                        # a wait that makes progress every 10 s
+        for w in waits:
+            w.set("gather")
+        run(10)
+    assert exits == {} and capfd.readouterr().err == ""
+    run(5 + 3 * guards[0].interval)            # now stalled past 15 s: rank 0 only
+    assert exits == {0: 3}
+    run(15)
+    assert exits == {0: 3, 1: 3, 2: 3}
+    lines = capfd.readouterr().err.splitlines()
+    assert [line.split(":")[0:2] for line in lines] == [["distgnn train", " rank 0"],
+                                                        ["distgnn train", " rank 1"]], lines
+    assert lines[0].startswith("distgnn train: rank 0: error: starting, rank 0 on mh1 waited ")
+    assert "inside MPI (gather) for every rank with no progress (--hang-timeout 10)" in lines[0]
+    assert "rank 0 has not ended the job" in lines[1]
+    stopped = StartupGuard(0, 10.0, exit=lambda code: exits.setdefault(9, code), waits=waits[0])
+    stopped.stop()
+    stopped.tick(clock.t + 100)
+    assert 9 not in exits, "a guard stopped once the watchdog runs never ends the process"
 
 
 def test_a_straggler_or_a_computing_rank_is_never_ended() -> None:

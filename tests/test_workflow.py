@@ -243,6 +243,20 @@ def test_misspelt_config_key_is_one_line(tmp_path):
     assert not (wd / "data").exists() and not (wd / "logs").exists()
 
 
+@pytest.mark.parametrize("dry", [True, False])
+def test_misspelt_dataset_is_one_line_in_the_dry_run(tmp_path, dry):
+    """`dataset: synth-redit`: the schema takes any string; the dry run (and a real one) refuse it
+    in one line naming it and the nearest known name, before any job."""
+    config = tiny()
+    config["datasets"][0]["dataset"] = "synth-redit"
+    wd = workdir(tmp_path, config)
+    proc = snakemake("-c1", *(["-n"] if dry else []), cwd=wd)
+    lines = [l for l in (proc.stdout + proc.stderr).splitlines() if l.strip()]
+    assert proc.returncode != 0 and len(lines) == 1, proc.stdout + proc.stderr
+    assert all(w in lines[0] for w in ("'synth-redit'", "'datasets[0]'", "'synth-reddit'")), lines[0]
+    assert not (wd / "data").exists() and not (wd / "logs").exists()
+
+
 @pytest.mark.parametrize("section,key,needles", [
     ("partition", "bogus", ("'bogus'", "'partition'", "valid keys:")),
     ("datasets", "scael", ("'scael'", "'datasets[0]'", "'scale'")),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from distgnn.commands.train import add_train_options
 from distgnn.errors import DistgnnError
@@ -112,6 +113,32 @@ def train_argv(args: argparse.Namespace, threads: int) -> list[str]:
     return argv
 
 
+def how_to_continue(args: argparse.Namespace) -> str:
+    """What a failed launch's line ends with: the newest complete checkpoint of its run folder
+    and the flag that continues from it ('' when there is none)."""
+    from distgnn.train.checkpoint import complete_checkpoints
+    from distgnn.train.trainer import default_run_dir
+
+    try:
+        if args.out is not None:
+            run_dir = Path(args.out)
+        else:
+            import zarr
+
+            attrs = dict(zarr.open_group(str(Path(args.partdir) / "assignment.zarr"), mode="r").attrs)
+            run_dir = default_run_dir(attrs, args.algo, args.apply, args.model)
+        found = complete_checkpoints(run_dir)
+    except Exception:  # noqa: BLE001 - a hint only: the failure itself is what gets reported
+        return ""
+    if not found:
+        return ""
+    epoch, folder = found[-1]
+    return (f"; the newest checkpoint is {folder} (epoch {epoch}): rerun this launch with "
+            f"--resume to continue from it" if not args.resume else
+            f"; the newest checkpoint is {folder} (epoch {epoch}): rerun this launch to continue "
+            f"from it")
+
+
 def run(args: argparse.Namespace) -> int:
     from distgnn.commands.train import config_from_args
     from distgnn.train.config import check_config
@@ -132,8 +159,11 @@ def run(args: argparse.Namespace) -> int:
     if args.executor == "slurm" and not args.skip_memory_check:
         check_preset_memory(args, preset, args.preset or args.executor, ranks)
     start = time.perf_counter()
-    result = launch(train_argv(args, threads), ranks, args.executor, preset, args.log_dir,
-                    job_name=f"distgnn-{args.algo}-P{ranks}", grace_s=args.grace)
+    try:
+        result = launch(train_argv(args, threads), ranks, args.executor, preset, args.log_dir,
+                        job_name=f"distgnn-{args.algo}-P{ranks}", grace_s=args.grace)
+    except DistgnnError as exc:
+        raise DistgnnError(f"{exc}{how_to_continue(args)}") from None
     print(f"{args.executor} job {result.job_id}: {ranks} ranks finished "
           f"({time.perf_counter() - start:.1f} s); logs in {result.folder}")
     return 0

@@ -10,7 +10,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from distgnn.errors import CollectiveError, DistgnnError
+from distgnn.errors import CollectiveError, DistgnnError, os_error_line
 
 
 def launcher_rank() -> int:
@@ -46,8 +46,8 @@ def abort_marker(run_dir: Path, rank: int) -> Path:
 def run_on_ranks(command: str, comm: Any, body: Callable[[], Any],
                  on_abort: Callable[[], None] = lambda: None) -> tuple[int, Any]:
     """(exit status, result of ``body()``). A :class:`CollectiveError` (raised on every rank
-    alike) is printed by rank 0; a :class:`DistgnnError` on one rank (its part is damaged) is
-    printed by that rank, which then ends the job; any other exception is a bug or a fault: its
+    alike) is printed by rank 0; a :class:`DistgnnError` or an operating system's error on one
+    rank (its part is damaged, its disk is full) is printed by that rank, which then ends the job; any other exception is a bug or a fault: its
     traceback, one line naming the rank, and the job ended. ``on_abort()`` runs just before a
     rank ends the job."""
     try:
@@ -56,9 +56,10 @@ def run_on_ranks(command: str, comm: Any, body: Callable[[], Any],
         if comm.rank == 0:
             print(f"distgnn {command}: error: {exc}", file=sys.stderr, flush=True)
         return 2, None
-    except DistgnnError as exc:
+    except (DistgnnError, OSError) as exc:
         prefix = f"distgnn {command}: rank {comm.rank}: error: " if comm.size > 1 else f"distgnn {command}: error: "
-        print(prefix + str(exc), file=sys.stderr, flush=True)
+        text = os_error_line(exc) if isinstance(exc, OSError) else str(exc)
+        print(prefix + text, file=sys.stderr, flush=True)
         if comm.size > 1:
             on_abort()
             comm.abort(2)
@@ -90,7 +91,7 @@ def exit_on_launcher_sigterm(rank: int, run_dir_of: Callable[[], Path | None],
             if not got or got[0] != signal.SIGTERM:
                 continue  # SIGINT: the main thread's KeyboardInterrupt handles it
             run_dir = run_dir_of()
-            if run_dir is not None and any(run_dir.glob(ABORT_MARKER.format(rank="*"))):
+            if run_dir is not None and os.path.isdir(run_dir) and any(run_dir.glob(ABORT_MARKER.format(rank="*"))):
                 os._exit(1)
             if rank == 0:
                 print(f"distgnn {command}: {interrupted(run_dir)}", file=sys.stderr, flush=True)

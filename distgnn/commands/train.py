@@ -176,8 +176,6 @@ def run(args: argparse.Namespace) -> int:
     if refused is not None:
         return refused
     if not args.no_huge_pages:
-        import os
-
         # torch reads it at its first large allocation: 2 MB-aligned, MADV_HUGEPAGE buffers for
         # activations and the input cache (a user's own setting wins)
         os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
@@ -196,7 +194,7 @@ def run(args: argparse.Namespace) -> int:
         nonlocal trainer
         trainer = Trainer(args.partdir, config_from_args(args), args.out, comm,
                           on_epoch=None if args.quiet else EpochLine())
-        if comm.rank == 0 and trainer.run_dir.is_dir():  # an earlier job's, not this one's
+        if comm.rank == 0 and os.path.isdir(trainer.run_dir):  # an earlier job's, not this one's
             for stale in trainer.run_dir.glob(ABORT_MARKER.format(rank="*")):
                 stale.unlink(missing_ok=True)
         return trainer.run()

@@ -6,13 +6,14 @@ from typing import Any
 
 from distgnn.errors import DistgnnError
 
-#: Keys a preset may set. ``ranks_per_node``, ``grace_s``, ``stage_dir``, ``srun_mpi`` and
-#: ``srun_cpu_bind`` are ours; the others are submitit's AutoExecutor parameters (``slurm_*`` ones
+#: Keys a preset may set. ``ranks_per_node``, ``grace_s``, ``pending_timeout_min``, ``stage_dir``,
+#: ``srun_mpi`` and ``srun_cpu_bind`` are ours; the others are submitit's AutoExecutor parameters (``slurm_*`` ones
 #: only reach Slurm).
 PRESET_KEYS = {
     "ranks_per_node", "cpus_per_task", "mem_gb", "timeout_min", "slurm_partition", "slurm_account",
     "slurm_qos", "slurm_constraint", "slurm_signal_delay_s", "slurm_additional_parameters",
-    "slurm_setup", "slurm_srun_args", "grace_s", "stage_dir", "srun_mpi", "srun_cpu_bind",
+    "slurm_setup", "slurm_srun_args", "grace_s", "pending_timeout_min", "stage_dir", "srun_mpi",
+    "srun_cpu_bind",
 }
 
 

@@ -1,6 +1,8 @@
 """Submit a command as P MPI ranks through submitit and wait for it."""
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 import os
 import sys
@@ -11,6 +13,7 @@ from typing import Any
 import submitit
 
 from distgnn.errors import DistgnnError
+from distgnn.launch.placement import Shape, pending_reason, placement_problem
 from distgnn.launch.tasks import MpiexecTask, RankTask
 from distgnn.launch.watch import JobFailed, LogFollower, squeue_state, wait_for_tasks
 
@@ -78,6 +81,29 @@ def local_threads(preset: dict[str, Any], ranks: int) -> int:
     return max(1, (os.cpu_count() or 1) // ranks)
 
 
+def submit_or_say_why(ex: submitit.AutoExecutor, task: Any, root: Path) -> Any:
+    """``ex.submit(task)``; when sbatch refuses (no controller, a bad account), a
+    :class:`DistgnnError` with sbatch's own last line, and the pickle, script and folders that
+    submitit left under ``root`` (the log folder) for the job that never was removed."""
+    def present() -> set[Path]:
+        return set(root.rglob("*")) if root.is_dir() else set()
+
+    before = present()
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):   # submitit prints sbatch's stderr itself
+            return ex.submit(task)
+    except (submitit.core.utils.FailedJobError, OSError) as exc:
+        for leftover in sorted(present() - before, reverse=True):   # files before their folders
+            if not leftover.is_dir():
+                leftover.unlink(missing_ok=True)
+            elif not any(leftover.iterdir()):
+                leftover.rmdir()
+        words = [line.strip() for line in (str(exc) or said.getvalue()).splitlines() if line.strip()]
+        raise DistgnnError(f"Slurm refused the job: {words[-1] if words else type(exc).__name__}; "
+                           f"nothing was submitted") from None
+
+
 def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], folder: str | Path,
            *, job_name: str = "distgnn-train", grace_s: float | None = None,
            deadline_s: float | None = None) -> LaunchResult:
@@ -92,13 +118,22 @@ def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], f
         raise DistgnnError(f"--executor {executor}: expected one of {', '.join(EXECUTORS)}")
     folder = Path(folder)
     grace = float(grace_s if grace_s is not None else preset.get("grace_s", 30))
+    pending: dict[str, Any] = {}
     if executor == "slurm":
+        params = slurm_parameters(preset, ranks, job_name)
+        problem = placement_problem(Shape(params["nodes"], params["tasks_per_node"],
+                                          params["cpus_per_task"]), preset.get("slurm_partition"))
+        if problem:
+            raise DistgnnError(f"{problem}; nothing was submitted")
         ex = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
-        ex.update_parameters(**slurm_parameters(preset, ranks, job_name))
+        ex.update_parameters(**params)
         threads = int(preset.get("cpus_per_task", 1))
-        job = ex.submit(RankTask(argv, threads))
+        job = submit_or_say_why(ex, RankTask(argv, threads), folder)
         tasks = [job.task(i) for i in range(ranks)] if ranks > 1 else [job]
         job_state = lambda: squeue_state(str(job.job_id))  # noqa: E731
+        timeout_min = preset.get("pending_timeout_min")
+        pending = {"pending_reason": lambda: pending_reason(str(job.job_id)),
+                   "pending_limit_s": None if timeout_min is None else float(timeout_min) * 60}
     else:
         ex = submitit.AutoExecutor(folder=folder / "%j", cluster=executor)
         ex.update_parameters(name=job_name, timeout_min=int(preset.get("timeout_min", 60)),
@@ -108,6 +143,7 @@ def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], f
         job_state = lambda: "DONE" if job.done() else "RUNNING"  # noqa: E731
     print(f"distgnn launch: submitted {executor} job {job.job_id} ({ranks} ranks); "
           f"logs in {folder / str(job.job_id)}", file=sys.stderr, flush=True)
+    follow = None
     try:
         if executor == "debug":
             results = [job.result()]  # the debug executor runs the task here, now
@@ -115,10 +151,13 @@ def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], f
             # Relay rank 0's output (progress bars, per-epoch lines) into our own log, live.
             follow = LogFollower([tasks[0].paths.stdout, tasks[0].paths.stderr], sys.stderr)
             results = wait_for_tasks(tasks, str(job.job_id), job_state, grace_s=grace,
-                                     deadline_s=deadline_s, follow=follow)
+                                     deadline_s=deadline_s, follow=follow, **pending)
     except JobFailed as exc:
         job.cancel(check=False)  # the other ranks may still be alive
-        print(exc.details, file=sys.stderr, flush=True)
+        if follow is not None:
+            follow.poll()   # rank 0's last lines, relayed once (the report leaves them out)
+        if exc.details:
+            print(exc.details, file=sys.stderr, flush=True)
         raise DistgnnError(exc.summary) from None
     except submitit.core.utils.FailedJobError as exc:
         print(str(exc), file=sys.stderr, flush=True)

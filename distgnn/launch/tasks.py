@@ -15,9 +15,11 @@ import subprocess
 import sys
 
 import submitit
+from submitit.core.utils import FailedJobError
 from submitit.helpers import Checkpointable, CommandFunction, DelayedSubmission
 
 from distgnn.errors import DistgnnError
+from distgnn.launch.watch import error_line
 
 
 def with_resume(argv: list[str]) -> list[str]:
@@ -121,6 +123,10 @@ def interpreter_argv(argv: list[str]) -> list[str]:
     return list(argv)
 
 
+class MpiexecError(RuntimeError):
+    """``mpiexec`` of a local job ended with a non-zero status; the message is its ranks' verdict."""
+
+
 class MpiexecTask(Checkpointable):
     """A local job: one submitit task that starts ``mpiexec -n ranks argv`` and waits for it.
 
@@ -145,6 +151,12 @@ class MpiexecTask(Checkpointable):
             return CommandFunction(cmd, verbose=True, env=env)()
         except FileNotFoundError as exc:
             raise DistgnnError("mpiexec not found: install Open MPI (scripts/setup.sh)") from exc
+        except FailedJobError as exc:
+            # the ranks' output is in this task's log already (verbose): the error says only
+            # how mpiexec ended and the ranks' own verdict, not their whole stderr again
+            status = getattr(exc.__cause__, "returncode", "?")
+            raise MpiexecError(f"mpiexec -n {self.ranks} exited with status {status}: "
+                               f"{error_line(str(exc))}") from None
 
     def checkpoint(self, *args: object, **kwargs: object) -> DelayedSubmission:
         return DelayedSubmission(MpiexecTask(with_resume(self.argv), self.ranks, self.threads))

@@ -16,6 +16,7 @@ import zarr
 from distgnn import _native
 from distgnn.data.graph_store import GraphStore
 from distgnn.errors import DistgnnError
+from distgnn.owned_folder import check_owned_folder
 from distgnn.partition import layout
 from distgnn.partition.quality import quality
 from distgnn.partition.store_io import write_array
@@ -186,6 +187,7 @@ def assign_graph(graph: str | os.PathLike, parts: int, method: str = "libra", se
     store = GraphStore.open(graph)
     check_request(store.num_nodes, parts, method)
     out = Path(out) if out is not None else layout.default_out(graph, method, parts)
+    check_owned_folder(out, "a partition folder")
     if (out / layout.ASSIGNMENT).exists() and not overwrite:  # fail before the work, not after
         raise DistgnnError(f"{out / layout.ASSIGNMENT} already exists (use --force to replace it)")
     order = order or layout.default_order(method)

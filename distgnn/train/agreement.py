@@ -2,7 +2,8 @@
 
 A set-up step that one rank can fail alone (its part is damaged, rank 0 cannot create the run
 folder) runs as :func:`agreed`: every rank runs its share, then all exchange one small message
-(an error flag and its text), and when any rank failed every rank raises the same
+(an error flag and its text), and when any rank failed (a :class:`DistgnnError`, or an
+operating system's error while reading or writing: no space, read-only, a name too long) every rank raises the same
 :class:`CollectiveError` naming the lowest failing rank and its host. Rank 0 prints that one line
 and every rank leaves through MPI's normal finalisation with exit status 2, never ``MPI_Abort``.
 An agreement is a collective: a step runs between two of them, never around another collective
@@ -15,14 +16,14 @@ import socket
 from typing import Callable, TypeVar
 
 from distgnn.comm import Communicator
-from distgnn.errors import CollectiveError, DistgnnError
+from distgnn.errors import CollectiveError, DistgnnError, os_error_line
 
 T = TypeVar("T")
 
 
 def agreed(comm: Communicator, step: Callable[[], T]) -> T:
     """Run this rank's ``step``, then agree with every rank on whether all succeeded: when any
-    raised a :class:`DistgnnError`, every rank raises ``rank K (host): <its message>`` for the
+    raised a :class:`DistgnnError` or an :class:`OSError`, every rank raises ``rank K (host): <its message>`` for the
     lowest failing K. A :class:`CollectiveError` (raised by every rank alike) passes as it is."""
     failure: str | None = None
     result = None
@@ -32,6 +33,8 @@ def agreed(comm: Communicator, step: Callable[[], T]) -> T:
         raise
     except DistgnnError as exc:
         failure = str(exc)
+    except OSError as exc:
+        failure = os_error_line(exc)
     if comm.size == 1:
         if failure is not None:
             raise DistgnnError(failure)

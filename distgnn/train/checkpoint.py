@@ -1,15 +1,17 @@
 """Periodic checkpoints of a distributed run, in ``<RUNDIR>/checkpoints/epoch_<E>/``.
 
 Each rank writes ``rank_<k>.pt`` (its exchange state: step counters, R, payloads received for
-later steps; RNG); rank 0 also writes ``model.pt`` (model and optimizer). After a barrier rank 0
-writes ``manifest.json`` last: only a folder with a manifest counts. The two newest are kept. The
-manifest names the checkpoint format, the hyperparameters and the partition (P, the assignment's
-checksum, the vertex order); resuming refuses any difference in one line
-(docs/design.md#checkpoints).
+later steps; RNG); rank 0 also writes ``model.pt`` (model and optimizer). Once every rank has
+written, rank 0 writes ``manifest.json`` last: only a folder with a manifest counts. The two newest
+are kept. The manifest names the checkpoint format, the hyperparameters and the partition (P, the
+assignment's checksum, the vertex order); resuming refuses any difference in one line, and passes
+over a damaged checkpoint to the one before it. A write that fails on any rank is one agreed line,
+the complete checkpoints kept (docs/design.md#checkpoints, docs/design.md#write-faults).
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -17,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from distgnn import atomic
-from distgnn.errors import DistgnnError
+from distgnn.errors import CollectiveError, DistgnnError
+from distgnn.train.agreement import agreed
 
 if TYPE_CHECKING:
     from distgnn.train.context import RankContext
@@ -33,8 +36,21 @@ def checkpoint_dir(run_dir: Path, epoch: int) -> Path:
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
     """``torch.save(obj, path)`` under a temporary name, fsynced and renamed
-    (:func:`distgnn.atomic.write_file`)."""
-    atomic.write_file(path, lambda tmp: torch.save(obj, tmp))
+    (:func:`distgnn.atomic.write_file`). The bytes go through a Python file, so a full disk or a
+    read-only one is an :class:`OSError` naming ``path`` (torch's own writer says only
+    "unexpected pos")."""
+    def write(tmp: Path) -> None:
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(obj, f)
+        except (OSError, RuntimeError) as exc:
+            cause: BaseException | None = exc   # torch's zip writer turns the OSError into a
+            while cause is not None and not isinstance(cause, OSError):   # RuntimeError on close
+                cause = cause.__context__
+            if cause is None:
+                raise
+            raise OSError(cause.errno, cause.strerror, str(path)) from exc
+    atomic.write_file(path, write)
 
 
 def atomic_write_text(text: str, path: Path) -> None:
@@ -45,7 +61,7 @@ def atomic_write_text(text: str, path: Path) -> None:
 def complete_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """(epoch, folder) of every checkpoint that has a manifest, oldest first."""
     root = run_dir / "checkpoints"
-    if not root.exists():
+    if not os.path.isdir(root):   # False, not an error, for a name too long to look up
         return []
     found = []
     for folder in root.iterdir():
@@ -86,15 +102,19 @@ def partition_identity(attrs: dict[str, Any]) -> dict[str, Any]:
             "vertex_order": attrs.get("vertex_order")}
 
 
-def newest_checkpoint(run_dir: Path, hyperparameters: dict[str, Any],
-                      partition: dict[str, Any] | None = None) -> tuple[int, Path] | None:
-    """The newest complete checkpoint, refusing one made with other hyperparameters, by another
-    checkpoint format, or (when ``partition`` is given) on another partition."""
-    complete = complete_checkpoints(run_dir)
-    if not complete:
+def readable_manifest(folder: Path) -> dict[str, Any] | None:
+    """A checkpoint's manifest, or None when it cannot be read or parsed (damaged)."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
-    epoch, folder = complete[-1]
-    manifest = json.loads((folder / "manifest.json").read_text())
+    return manifest if isinstance(manifest, dict) and "hyperparameters" in manifest else None
+
+
+def check_manifest(folder: Path, manifest: dict[str, Any], hyperparameters: dict[str, Any],
+                   partition: dict[str, Any] | None = None) -> None:
+    """Refuse a checkpoint made with other hyperparameters, by another checkpoint format, or
+    (when ``partition`` is given) on another partition."""
     if manifest.get("format", 1) != FORMAT:
         raise DistgnnError(f"--resume: checkpoint {folder} was written in checkpoint format "
                            f"{manifest.get('format', 1)}, this distgnn reads {FORMAT}; resume it "
@@ -117,62 +137,127 @@ def newest_checkpoint(run_dir: Path, hyperparameters: dict[str, Any],
         key = differ[0]
         raise DistgnnError(f"--resume: checkpoint {folder} was made with {key}={saved.get(key)!r}, "
                            f"not {hyperparameters.get(key)!r}; rerun with the same settings or a new --out")
-    return epoch, folder
+
+
+def resumable_checkpoints(run_dir: Path, hyperparameters: dict[str, Any],
+                          partition: dict[str, Any] | None = None,
+                          note: Callable[[str], None] = lambda text: None) -> list[tuple[int, Path]]:
+    """(epoch, folder) of the complete checkpoints a resume may use, newest first: a damaged
+    manifest is named (``note``) and passed over; one made with other settings is refused
+    (:func:`check_manifest`)."""
+    found = []
+    for epoch, folder in reversed(complete_checkpoints(run_dir)):
+        manifest = readable_manifest(folder)
+        if manifest is None:
+            note(f"--resume: checkpoint {folder}: manifest.json is damaged; passing over it")
+            continue
+        check_manifest(folder, manifest, hyperparameters, partition)
+        found.append((epoch, folder))
+    return found
+
+
+def newest_checkpoint(run_dir: Path, hyperparameters: dict[str, Any],
+                      partition: dict[str, Any] | None = None) -> tuple[int, Path] | None:
+    """The newest complete checkpoint whose manifest reads, refused as in :func:`check_manifest`."""
+    found = resumable_checkpoints(run_dir, hyperparameters, partition)
+    return found[0] if found else None
+
+
+class DamagedCheckpoint(Exception):
+    """A checkpoint file that is missing or cannot be read; its text names the file."""
+
+
+def read_state(path: Path, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A checkpoint file's contents, which must hold ``keys``; :class:`DamagedCheckpoint` when
+    it is missing, truncated or holds something else."""
+    try:
+        state = torch.load(path, weights_only=False)
+    except FileNotFoundError:
+        raise DamagedCheckpoint(f"{path} is missing") from None
+    except Exception as exc:  # noqa: BLE001 - torch's readers raise many kinds for a bad file
+        reason = str(exc).split(". ")[0].strip()[:160] or type(exc).__name__
+        raise DamagedCheckpoint(f"{path} cannot be read ({reason})") from None
+    if not isinstance(state, dict) or not set(keys) <= set(state):
+        raise DamagedCheckpoint(f"{path} does not hold {', '.join(keys)}")
+    return state
 
 
 def save(ctx: "RankContext", optimizer: Any, run_dir: Path, epoch: int) -> None:
     """Write the checkpoint after ``epoch`` epochs (collective): every rank its exchange state
-    (messages in flight completed first) and RNG, rank 0 the model and optimizer, then after a
-    barrier the manifest, and prune."""
+    (messages in flight completed first) and RNG, rank 0 the model and optimizer, then, once every
+    rank has written, the manifest, and prune. A write that fails on any rank (no space, a
+    read-only disk) is one agreed line: the incomplete folder is removed and the complete
+    checkpoints before it are kept."""
     comm = ctx.comm
     folder = checkpoint_dir(run_dir, epoch)
-    if comm.rank == 0:
-        folder.mkdir(parents=True, exist_ok=True)
-    comm.barrier()
-    with ctx.timers("exchange_wait"):
-        exchange_state = ctx.aggregation.state_dict()
-    atomic_torch_save({"exchange": exchange_state, "rng": torch.get_rng_state()},
-                      folder / f"rank_{comm.rank}.pt")
-    if comm.rank == 0:
-        atomic_torch_save({"model": ctx.model.state_dict(), "optimizer": optimizer.state_dict()},
-                          folder / "model.pt")
-    comm.barrier()
-    if comm.rank == 0:
-        write_manifest(folder, epoch, ctx.config.hyperparameters(), comm.size,
-                       partition_identity(ctx.part.attrs))
-        prune(run_dir)
-    comm.barrier()
+
+    def make() -> None:
+        if comm.rank == 0:
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def write() -> None:
+        atomic_torch_save({"exchange": exchange_state, "rng": torch.get_rng_state()},
+                          folder / f"rank_{comm.rank}.pt")
+        if comm.rank == 0:
+            atomic_torch_save({"model": ctx.model.state_dict(), "optimizer": optimizer.state_dict()},
+                              folder / "model.pt")
+
+    def commit() -> None:
+        if comm.rank == 0:
+            write_manifest(folder, epoch, ctx.config.hyperparameters(), comm.size,
+                           partition_identity(ctx.part.attrs))
+            prune(run_dir)
+
+    try:
+        agreed(comm, make)
+        with ctx.timers("exchange_wait"):
+            exchange_state = ctx.aggregation.state_dict()
+        agreed(comm, write)
+        agreed(comm, commit)
+    except CollectiveError as exc:
+        if comm.rank == 0 and not (folder / "manifest.json").exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        kept = complete_checkpoints(run_dir)
+        after = (f"the checkpoint after epoch {kept[-1][0]} is kept: make room, then rerun with "
+                 f"--resume" if kept else "no earlier checkpoint exists")
+        raise CollectiveError(f"checkpoint after epoch {epoch} not written: {exc}; {after}") from None
 
 
 def resume(ctx: "RankContext", optimizer: Any, run_dir: Path, note: Callable[[str], None]) -> int:
-    """Load the newest complete checkpoint (collective) and return the epochs it holds (0 when
-    there is none: a requeued job's first start). ``metrics.jsonl`` is cut to those epochs, so a
-    requeue before the first checkpoint does not write its epochs twice."""
-    from distgnn.errors import CollectiveError
-
+    """Load the newest complete checkpoint that every rank can read (collective) and return the
+    epochs it holds (0 when there is none: a requeued job's first start). A damaged file (missing,
+    truncated) is named and the checkpoint before it tried; when none can be read the resume is
+    refused in one line. Only then, once every rank has its state, is ``metrics.jsonl`` cut to
+    those epochs, so a requeue before the first checkpoint does not write its epochs twice."""
     comm = ctx.comm
-    found: Any = None
-    if comm.rank == 0:
+    candidates = agreed(comm, lambda: resumable_checkpoints(
+        run_dir, ctx.config.hyperparameters(), partition_identity(ctx.part.attrs), note)
+        if comm.rank == 0 else None)
+    candidates = comm.bcast(candidates)
+    epoch, damage = 0, None
+    for epoch, folder in candidates:
         try:
-            found = newest_checkpoint(run_dir, ctx.config.hyperparameters(),
-                                      partition_identity(ctx.part.attrs))
-        except DistgnnError as exc:
-            found = exc
-    found = comm.bcast(found)
-    if isinstance(found, DistgnnError):
-        raise CollectiveError(str(found))
-    epoch = 0
-    if found is None:
-        note(f"--resume: no checkpoint under {run_dir / 'checkpoints'}; starting at epoch 1")
+            state = read_state(folder / "model.pt", ("model", "optimizer"))
+            mine = read_state(folder / f"rank_{comm.rank}.pt", ("exchange", "rng"))
+            damage = None
+        except DamagedCheckpoint as exc:
+            damage = str(exc)
+        damaged = [d for d in comm.allgather(damage) if d is not None]
+        if not damaged:
+            note(f"--resume: continuing after epoch {epoch} from {folder}")
+            ctx.model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            ctx.aggregation.load_state_dict(mine["exchange"])
+            torch.set_rng_state(mine["rng"])
+            break
+        damage = damaged[0]
+        note(f"--resume: checkpoint after epoch {epoch} is damaged: {damage}; trying the one before")
     else:
-        epoch, folder = found
-        note(f"--resume: continuing after epoch {epoch} from {folder}")
-        state = torch.load(folder / "model.pt", weights_only=False)
-        ctx.model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        mine = torch.load(folder / f"rank_{comm.rank}.pt", weights_only=False)
-        ctx.aggregation.load_state_dict(mine["exchange"])
-        torch.set_rng_state(mine["rng"])
+        if damage is not None:
+            raise CollectiveError(f"--resume: no checkpoint under {run_dir / 'checkpoints'} can be "
+                                  f"read (the oldest: {damage}); start again without --resume")
+        note(f"--resume: no checkpoint under {run_dir / 'checkpoints'}; starting at epoch 1")
+        epoch = 0
     if comm.rank == 0:
         truncate_metrics(run_dir / "metrics.jsonl", epoch)
     return epoch

@@ -1,9 +1,9 @@
 """What a run may write into, and one run at a time in it (docs/design.md#run-folder).
 
-``distgnn train`` writes only into a folder that is new, empty, or a run's own (it holds one of
-:data:`RUN_MARKERS` and nothing that marks another kind of store); a graph store, a partition
-folder, a Zarr store, a plain file or a folder of other files is refused in one line before
-anything is written or removed. While a run uses its folder, rank 0 holds an exclusive lock on
+``distgnn train`` writes only into a folder that is new, empty, or a run's own (it holds a run's
+entries and nothing that marks another kind, :mod:`distgnn.owned_folder`); a graph store, a
+partition folder, a Zarr store, a plain file or a folder of other files is refused in one line
+before anything is written or removed. While a run uses its folder, rank 0 holds an exclusive lock on
 ``RUN/.lock`` (``flock``: the kernel releases it when the process ends, so a run that died keeps
 nothing locked); a second run given the same folder is refused in one line naming the holder.
 ``--resume`` never shortens a run: asking for fewer epochs than the folder has trained is refused.
@@ -18,12 +18,8 @@ from pathlib import Path
 from typing import IO
 
 from distgnn.errors import DistgnnError
+from distgnn.owned_folder import check_owned_folder
 
-#: what a run leaves in its folder (any one of them makes a folder a run's)
-RUN_MARKERS = ("metrics.jsonl", "summary.json", "model.pt", "checkpoints")
-#: entries that mark another kind of store, and what they mark
-FOREIGN_MARKERS = {"zarr.json": "a Zarr store", ".zgroup": "a Zarr store",
-                   "assignment.zarr": "a partition folder", "graph.zarr": "a dataset folder"}
 #: the lock file rank 0 holds while a run uses the folder
 LOCK = ".lock"
 
@@ -31,23 +27,7 @@ LOCK = ".lock"
 def check_run_folder(path: Path) -> None:
     """Refuse, in one line naming ``--out``, a ``path`` a run must not write into (module
     docstring); a missing or empty folder, or a run's own, passes."""
-    if path.exists() and not path.is_dir():
-        raise DistgnnError(f"--out {path}: exists and is not a folder (a run writes into a folder "
-                           f"of its own; give a new path)")
-    if not path.exists():
-        return
-    names = {entry.name for entry in path.iterdir()}
-    foreign = [what for marker, what in FOREIGN_MARKERS.items() if marker in names]
-    if any(name.startswith("part_") and name.endswith(".zarr") for name in names):
-        foreign.append("a partition folder")
-    if foreign:
-        raise DistgnnError(f"--out {path}: is {foreign[0]}, not a run folder; nothing was written "
-                           f"(give a new folder)")
-    visible = sorted(name for name in names if not name.startswith("."))
-    if visible and not set(visible) & set(RUN_MARKERS):
-        shown = ", ".join(visible[:3]) + (", ..." if len(visible) > 3 else "")
-        raise DistgnnError(f"--out {path}: holds files that are not a distgnn run ({shown}); "
-                           f"nothing was written (give a new or empty folder)")
+    check_owned_folder(path, "a run folder")
 
 
 def trained_epochs(path: Path) -> int:

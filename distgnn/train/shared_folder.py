@@ -54,6 +54,15 @@ def sees(path: Path, wait_s: float) -> bool:
         time.sleep(0.5)
 
 
+def startup_grace_s() -> float:
+    """How long start-up may make ranks wait in MPI beyond ``--hang-timeout`` (the probe's own
+    wait, which :func:`check_shared_folder` refuses when its variable is bad)."""
+    try:
+        return probe_wait_s()
+    except CollectiveError:
+        return PROBE_WAIT_S
+
+
 def check_shared_folder(folder: Path, comm: Communicator, option: str = "--out",
                         wait_s: float | None = None) -> None:
     """Raise :class:`CollectiveError` (on every rank) naming the ranks and hosts that do not see

@@ -33,10 +33,10 @@ from distgnn.train.adam import Adam
 from distgnn.train.agreement import agreed
 from distgnn.train.config import TrainConfig, check_config
 from distgnn.train.context import RankContext, check_ranks, open_rank
-from distgnn.train.shared_folder import check_shared_folder
+from distgnn.train.shared_folder import check_shared_folder, startup_grace_s
 from distgnn.train.step import evaluate, train_step
 from distgnn.train.telemetry import EpochMeter, peak_rss_bytes, run_summary
-from distgnn.train.watchdog import Watchdog
+from distgnn.train.watchdog import StartupGuard, Watchdog
 from distgnn.models.registry import DEFAULT_MODEL, run_name
 from distgnn.train.run_folder import RunLock, check_resume_length, check_run_folder
 
@@ -62,7 +62,16 @@ class Trainer:
         self.config, self.on_epoch, self.user_model = config, on_epoch, model
         self.comm = comm or Communicator()
         self.partition_dir = Path(partition_dir)
-        self.assignment = check_ranks(self.partition_dir, self.comm)
+        #: the watchdog's stand-in until the run folder holds the heartbeats
+        self.startup: StartupGuard | None = None
+        if self.comm.size > 1 and config.hang_timeout_s > 0:
+            self.startup = StartupGuard(self.comm.rank, config.hang_timeout_s,
+                                        grace=startup_grace_s()).start()
+        try:
+            self.assignment = check_ranks(self.partition_dir, self.comm)
+        except BaseException:
+            self._end_startup()
+            raise
         self.run_dir = Path(run_dir) if run_dir else default_run_dir(
             self.assignment, config.algo, config.apply, config.model)
         self.ctx: RankContext | None = None
@@ -74,8 +83,14 @@ class Trainer:
         try:
             return self._run()
         finally:
+            self._end_startup()
             if self.lock is not None:
                 self.lock.release()
+
+    def _end_startup(self) -> None:
+        if self.startup is not None:
+            self.startup.stop()
+            self.startup = None
 
     def _run(self) -> dict[str, Any] | None:
         self._make_run_dir()
@@ -83,6 +98,7 @@ class Trainer:
         if self.comm.size > 1 and self.config.hang_timeout_s > 0:
             watchdog = Watchdog(self.run_dir, self.comm.rank, self.comm.size,
                                 self.config.hang_timeout_s, self._phase).start()
+        self._end_startup()
         try:
             records = self._train(watchdog)
             per_rank = self._per_rank_figures()
@@ -173,15 +189,20 @@ class Trainer:
         def make() -> None:
             if self.comm.rank != 0:
                 return
-            check_run_folder(self.run_dir)
-            if self.config.resume:
-                check_resume_length(self.run_dir, self.config.epochs)
             try:
+                check_run_folder(self.run_dir)
+                if self.config.resume:
+                    check_resume_length(self.run_dir, self.config.epochs)
                 self.run_dir.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
+            except OSError as exc:   # a name too long, a parent that is a file, no permission
                 raise DistgnnError(f"--out {self.run_dir}: cannot create ({exc.strerror})") from exc
-            if not os.access(self.run_dir, os.W_OK):
-                raise DistgnnError(f"--out {self.run_dir}: not writable")
+            # checked now, not at the first checkpoint an hour in (access() sees a read-only
+            # mount even for root)
+            checkpoints = self.run_dir / "checkpoints"
+            for folder in (self.run_dir, checkpoints):
+                if folder.exists() and not os.access(folder, os.W_OK):
+                    raise DistgnnError(f"--out {folder}: not writable (read-only or no permission); "
+                                       f"nothing was written")
             self.lock = RunLock(self.run_dir).acquire()
         agreed(self.comm, make)
         check_shared_folder(self.run_dir, self.comm)

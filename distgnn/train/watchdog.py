@@ -276,3 +276,64 @@ class Watchdog:
         except OSError:
             pass
         self.ending_at = now
+
+
+class StartupGuard:
+    """The watchdog's stand-in while a run starts (docs/design.md#progress). The heartbeats live
+    in the run folder, which start-up's first collectives check and create, so a link cut before
+    then would leave every rank waiting in MPI for ever (Open MPI's TCP connect warns "may now
+    hang" and does). Each rank runs this thread until :class:`Watchdog` starts: when its main
+    thread has waited inside one MPI call for ``timeout + grace`` seconds with no progress (grace:
+    what a start-up step may legitimately make the others wait, such as the shared-folder probe),
+    rank 0 prints one line and exits 3 two intervals later; rank 1 does the same after twice that
+    wait (had rank 0 frozen or been cut off, it would never print), the other ranks exit 3 silently
+    then. A rank of a job ending this way is usually killed by mpiexec or srun first. ``exit``,
+    ``waits`` and ``host`` are for tests."""
+
+    def __init__(self, rank: int, timeout: float, grace: float = 0.0,
+                 exit: Callable[[int], None] = os._exit, waits: WaitState = WAITS,
+                 host: str | None = None):
+        self.rank, self.timeout, self.limit = rank, float(timeout), float(timeout) + float(grace)
+        self.interval = heartbeat_interval(self.limit)
+        self._exit, self.waits = exit, waits
+        self.host = host or socket.gethostname()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="distgnn-startup-guard", daemon=True)
+        self.ending_at: float | None = None
+
+    def start(self) -> "StartupGuard":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _loop(self) -> None:
+        while not self.stopped.wait(self.interval):
+            self.tick(time.monotonic())
+
+    def patience(self) -> float:
+        """Seconds of a stalled wait after which this rank acts: ``limit`` for rank 0, twice
+        that for the others (rank 0 speaks first)."""
+        return self.limit if self.rank == 0 else 2 * self.limit
+
+    def tick(self, now: float) -> None:
+        """One interval: end the process when its wait has stalled past :meth:`patience`."""
+        if self.stopped.is_set():
+            return
+        if self.ending_at is not None:
+            if now - self.ending_at >= 2 * self.interval:
+                self.stopped.set()
+                self._exit(EXIT_SILENT_RANK)
+            return
+        call, _, stalled = self.waits.now()
+        if call is None or stalled < self.patience():
+            return
+        if self.rank <= 1:
+            who = "" if self.rank == 0 else ", and rank 0 has not ended the job"
+            print(f"distgnn train: rank {self.rank}: error: starting, rank {self.rank} on "
+                  f"{self.host} waited {stalled:.0f} s inside MPI ({call}) for every rank with no "
+                  f"progress{who} (--hang-timeout {self.timeout:g}): a link between "
+                  f"the hosts is down, or a rank is frozen or never started; ending the job "
+                  f"(checkpoints are kept)", file=sys.stderr, flush=True)
+        self.ending_at = now

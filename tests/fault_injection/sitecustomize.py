@@ -9,6 +9,8 @@ imported:
   the start of epoch e (0-based), a bug on one rank.
 * ``DISTGNN_TEST_FREEZE_LOADING_RANK=k``: rank k stops itself (SIGSTOP, a frozen node) as it
   starts loading its part.
+* ``DISTGNN_TEST_FREEZE_START_RANK=k``: rank k stops itself (SIGSTOP) before the run's first
+  collective, as a host cut off while the job starts leaves it.
 * ``DISTGNN_TEST_SLOW_OUTPUTS_S=s``: rank 0 sleeps s seconds before writing ``model.pt`` and
   ``summary.json`` (a slow network filesystem).
 """
@@ -22,7 +24,8 @@ import sys
 import time
 
 TARGET = "distgnn.train.trainer"
-VARIABLES = ("DISTGNN_TEST_FAIL_RANK", "DISTGNN_TEST_FREEZE_LOADING_RANK", "DISTGNN_TEST_SLOW_OUTPUTS_S")
+VARIABLES = ("DISTGNN_TEST_FAIL_RANK", "DISTGNN_TEST_FREEZE_LOADING_RANK",
+             "DISTGNN_TEST_FREEZE_START_RANK", "DISTGNN_TEST_SLOW_OUTPUTS_S")
 
 
 def _rank(trainer) -> int:
@@ -53,6 +56,15 @@ def patch(module) -> None:
                 os.kill(os.getpid(), signal.SIGSTOP)
             return opened(*args, **kwargs)
         module.open_rank = freezing_open
+    start_rank = os.environ.get("DISTGNN_TEST_FREEZE_START_RANK")
+    if start_rank is not None:
+        checked = module.check_ranks
+
+        def freezing_check(partition_dir, comm):
+            if comm.rank == int(start_rank):
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return checked(partition_dir, comm)
+        module.check_ranks = freezing_check
     slow = os.environ.get("DISTGNN_TEST_SLOW_OUTPUTS_S")
     if slow is not None:
         write = Trainer._write_outputs

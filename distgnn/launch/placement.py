@@ -1,0 +1,90 @@
+"""Whether Slurm can place a job at all, asked before it is submitted and while it waits
+(docs/design.md#launch-placement).
+
+A job of more nodes than its partition has, or of more CPUs per node than a node offers, is
+accepted by ``sbatch`` and then pends for ever (reason ``PartitionNodeLimit`` and the like). The
+launcher asks ``sinfo`` first and refuses such a job in one line; while a job pends it reads
+``squeue``'s reason, ends a job whose reason can never clear, and ends any job still pending past
+the preset's ``pending_timeout_min``.
+"""
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+#: squeue reasons of a pending job that waiting will not clear: the job asks for what the
+#: partition, its account or its QOS cannot give (squeue(1), "JOB REASON CODES")
+NEVER_PLACED = {"PartitionNodeLimit", "PartitionConfig", "PartitionTimeLimit", "BadConstraints",
+                "InvalidAccount", "InvalidQOS", "QOSMaxNodePerJobLimit", "QOSMaxCpuPerJobLimit",
+                "AssocMaxNodesPerJobLimit", "AssocMaxCpuPerJobLimit"}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a job asks for: ``nodes`` nodes, ``tasks_per_node`` ranks of ``cpus_per_task`` CPUs."""
+    nodes: int
+    tasks_per_node: int
+    cpus_per_task: int
+
+    @property
+    def cpus_per_node(self) -> int:
+        return self.tasks_per_node * self.cpus_per_task
+
+
+def partition_nodes(partition: str | None) -> tuple[str, dict[str, int]] | None:
+    """(the partition's name, its node -> CPUs) as ``sinfo`` reports them, the cluster's default
+    partition when ``partition`` is None; None when sinfo cannot be asked (not installed, no
+    controller: the submission itself will then say why)."""
+    command = ["sinfo", "-h", "-N", "-o", "%P|%N|%c"] + (["-p", partition] if partition else [])
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if proc.returncode != 0:
+        return None
+    found: dict[str, dict[str, int]] = {}
+    default = None
+    for line in proc.stdout.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) != 3 or not fields[2].isdigit():
+            continue
+        name = fields[0].rstrip("*")
+        if fields[0].endswith("*"):
+            default = name
+        found.setdefault(name, {})[fields[1]] = int(fields[2])
+    name = partition or default
+    if name is None or name not in found:
+        return (partition, {}) if partition else None
+    return name, found[name]
+
+
+def placement_problem(shape: Shape, partition: str | None) -> str | None:
+    """One line saying why Slurm cannot place a job of ``shape`` in ``partition`` (None when it
+    can, or when sinfo cannot be asked)."""
+    nodes = partition_nodes(partition)
+    if nodes is None:
+        return None
+    name, cpus = nodes
+    if not cpus:
+        return f"Slurm has no partition {name!r} (sinfo lists none by that name)"
+    fitting = sum(1 for c in cpus.values() if c >= shape.cpus_per_node)
+    if fitting >= shape.nodes:
+        return None
+    ask = (f"{shape.nodes} node{'s' if shape.nodes > 1 else ''} of {shape.tasks_per_node} rank"
+           f"{'s' if shape.tasks_per_node > 1 else ''} x {shape.cpus_per_task} CPU"
+           f"{'s' if shape.cpus_per_task > 1 else ''}")
+    return (f"Slurm partition {name!r} cannot place the job: it asks for {ask}, and the "
+            f"partition has {len(cpus)} node{'s' if len(cpus) != 1 else ''}, {fitting} with "
+            f"{shape.cpus_per_node} CPUs free to give (sinfo); partition into fewer parts, or "
+            f"change the preset's ranks_per_node / cpus_per_task")
+
+
+def pending_reason(job_id: str) -> str:
+    """squeue's reason of a job's wait (%r), '' when it is not listed or squeue cannot answer."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%r"], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    return lines[0] if lines else ""

@@ -1,0 +1,149 @@
+"""A Slurm job that cannot run ends in one line, never a wait for ever
+(docs/design.md#launch-placement): sbatch's refusal (no controller) in its own words with nothing
+left behind, a job larger than its partition refused before it is submitted, a pending job whose
+reason can never clear (or that pends past the preset's deadline) cancelled with the reason.
+Stand-ins for sbatch, sinfo and squeue answer as Slurm's own do; the last test asks the local
+one-node Slurm itself."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, partitioned_twin, run_cli
+from test_run_folder import digest
+from distgnn.launch.placement import Shape, placement_problem
+
+PRESETS = REPO / "cluster" / "submitit.yaml"
+
+
+def stand_ins(folder: Path, **scripts: str) -> dict[str, str]:
+    """Executables ``name`` -> shell body under ``folder``, first on PATH (the env to run with)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, body in scripts.items():
+        path = folder / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    return {"PATH": f"{folder}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+
+
+def one_line(proc, *words: str) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and all(w in lines[0] for w in words), lines
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def four_parts(tmp_path_factory) -> Path:
+    return partitioned_twin(tmp_path_factory.mktemp("placement"), 4)[1]
+
+
+def test_sbatch_refusing_is_its_own_words_and_leaves_nothing(four_parts, tmp_path) -> None:
+    env = stand_ins(tmp_path / "bin",
+                    sinfo="echo 'slurm_load_partitions: Unable to contact slurm controller (connect failure)' >&2; exit 1",
+                    sbatch="echo 'sbatch: error: Batch job submission failed: Unable to contact slurm "
+                           "controller (connect failure)' >&2; exit 1")
+    logs, before = tmp_path / "logs", digest(four_parts)
+    proc = run_cli("launch", four_parts, "--executor", "slurm", "--epochs", "1", "--log-dir", logs,
+                   "--quiet", cwd=tmp_path, env=env)
+    one_line(proc, "Slurm refused the job: sbatch: error: Batch job submission failed: Unable to "
+                   "contact slurm controller", "nothing was submitted")
+    assert not any(p.is_file() for p in logs.rglob("*")), sorted(logs.rglob("*"))
+    assert digest(four_parts) == before
+
+
+def test_a_job_larger_than_its_partition_is_refused_before_submitting(four_parts, tmp_path) -> None:
+    called, before = tmp_path / "sbatch-called", digest(four_parts)
+    env = stand_ins(tmp_path / "bin", sinfo="printf 'hosts*|mh1|1\\nhosts*|mh2|1\\n'",
+                    sbatch=f"touch {called}; echo 'Submitted batch job 1'")
+    proc = run_cli("launch", four_parts, "--executor", "slurm", "--preset", "multihost",
+                   "--epochs", "1", "--log-dir", tmp_path / "logs", "--quiet", cwd=tmp_path, env=env)
+    one_line(proc, "Slurm partition 'hosts' cannot place the job", "4 nodes of 1 rank x 1 CPU",
+             "2 nodes", "nothing was submitted")
+    assert not called.exists() and digest(four_parts) == before
+
+
+def test_placement_counts_nodes_and_cpus_per_node(tmp_path, monkeypatch) -> None:
+    env = stand_ins(tmp_path / "bin", sinfo="printf 'debug*|a|8\\ndebug*|b|8\\nbig|c|64\\n'")
+    monkeypatch.setenv("PATH", env["PATH"])
+    assert placement_problem(Shape(2, 4, 2), None) is None            # 2 nodes x 8 CPUs
+    assert "cannot place" in placement_problem(Shape(3, 1, 1), None)  # 3 nodes of 2
+    assert "cannot place" in placement_problem(Shape(1, 4, 4), None)  # 16 CPUs on one node
+    assert placement_problem(Shape(1, 4, 16), "big") is None
+    assert "no partition 'gpu'" in placement_problem(Shape(1, 1, 1), "gpu")
+
+
+def test_a_pending_job_ends_with_slurms_reason(tmp_path) -> None:
+    from distgnn.launch.watch import JobFailed, wait_for_tasks
+
+    from test_launch import _FakeTask
+
+    tasks = [_FakeTask(tmp_path, 0)]
+    start = time.monotonic()
+    with pytest.raises(JobFailed, match="cannot start: Slurm keeps it pending with reason PartitionNodeLimit"):
+        wait_for_tasks(tasks, "9", lambda: "PENDING", poll_s=0.01,
+                       pending_reason=lambda: "PartitionNodeLimit")
+    assert time.monotonic() - start < 1
+    with pytest.raises(JobFailed, match=r"still pending after [0-9]+ s \(Slurm's reason: Resources"):
+        wait_for_tasks(tasks, "9", lambda: "PENDING", poll_s=0.01, pending_limit_s=0.1,
+                       pending_reason=lambda: "Resources")
+    assert time.monotonic() - start < 10
+
+
+@pytest.mark.slurm
+def test_the_local_slurm_refuses_a_job_wider_than_its_node(local_slurm, four_parts, tmp_path) -> None:
+    from distgnn.launch.placement import partition_nodes
+
+    _, cpus = partition_nodes(None)
+    wide = max(cpus.values()) + 1     # ranks on one node, one CPU each: one more than it has
+    parts = partitioned_twin(tmp_path, wide)[1] if wide != 4 else four_parts
+    proc = run_cli("launch", parts, "--executor", "slurm", "--epochs", "1", "--log-dir",
+                   tmp_path / "logs", "--quiet", cwd=tmp_path)
+    one_line(proc, "cannot place the job", f"1 node of {wide} ranks x 1 CPU", "nothing was submitted")
+
+
+def test_error_line_prefers_distgnns_verdict_and_never_quotes_submitits_log() -> None:
+    from distgnn.launch.watch import error_line
+
+    verdict = ("distgnn train: rank 0: error: no rank has made progress for more than 10 s "
+               "(--hang-timeout): rank 1 (mh2) waits for rank 0 (mh1) in exchange_rows")
+    log = "\n".join(["epoch 9/52: loss 1.2", verdict, "Traceback (most recent call last):",
+                     "ConnectionResetError: [Errno 104] Connection reset by peer",
+                     "submitit INFO (2026-12-06 10:00:00,000) - Loading pickle: /x/1_submitted.pkl"])
+    assert error_line(log) == verdict
+    assert error_line("submitit INFO (2026) - Loading pickle: x\nsrun: error: mh2: task 1: Killed\n"
+                      "submitit INFO (2026) - Job completed") == "srun: error: mh2: task 1: Killed"
+    quoted = "distgnn.launch.tasks.MpiexecError: mpiexec -n 2 exited with status 1: " + verdict
+    assert error_line(quoted) == verdict
+
+
+@pytest.mark.mpi
+def test_a_failed_launch_says_its_verdict_once_and_how_to_continue(four_parts, tmp_path) -> None:
+    import json
+
+    from conftest import fault_env
+
+    run = tmp_path / "run"
+    common = ["launch", four_parts, "--executor", "local", "--epochs", "6", "--checkpoint-every",
+              "2", "--hidden", "16", "--quiet", "--log-dir", tmp_path / "logs", "--out", run]
+    proc = run_cli(*common, cwd=tmp_path,
+                   env=fault_env(DISTGNN_TEST_FAIL_RANK="1", DISTGNN_TEST_FAIL_EPOCH="4"))
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2 and last.startswith("distgnn launch: error: job "), proc.stderr[-3000:]
+    assert "failed: task 0: distgnn train: rank 1: RuntimeError: injected failure" in last, last
+    assert f"the newest checkpoint is {run}/checkpoints/epoch_000004 (epoch 4): rerun this launch " \
+           f"with --resume" in last, last
+    # the rank's verdict is relayed once from the log, not again in a report of the same log
+    assert sum(line.startswith("distgnn train: rank 1: RuntimeError") for line in
+               proc.stderr.splitlines()) == 1, proc.stderr[-5000:]
+    proc = run_cli(*common, "--resume", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    unbroken = tmp_path / "unbroken"
+    assert run_cli(*common[:-1], unbroken, cwd=tmp_path).returncode == 0
+    losses = [[json.loads(line)["loss"] for line in (r / "metrics.jsonl").read_text().splitlines()]
+              for r in (run, unbroken)]
+    assert losses[0] == losses[1]
