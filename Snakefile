@@ -8,7 +8,7 @@ from distgnn.models.registry import BUILT_IN, DEFAULT_MODEL
 from distgnn.vocabulary import ALGO_PATTERN  # the one grammar of names
 from distgnn.workflow_config import registry_mismatch_in, unknown_dataset, unknown_key_in
 
-min_version("8.0")
+min_version("9.0")   # as pyproject.toml asks (snakemake>=9)
 
 
 configfile: "config/config.yaml"

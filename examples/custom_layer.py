@@ -1,7 +1,7 @@
 """A user's own GNN layer trained distributed by distgnn (docs/design.md#own-model).
 
-    distgnn fetch synth-reddit --scale 0.002 --out data
-    distgnn partition data/synth-reddit.zarr --parts 2 --out parts
+    distgnn fetch synth-reddit --scale 0.002 --root data
+    distgnn partition data/synth-reddit-x0.002/graph.zarr --parts 2 --out parts
     mpiexec -n 2 python examples/custom_layer.py parts --out runs/gated --epochs 20
 
 The layer is a gated GraphSAGE variant: out = W_self h_v + g_v * W_neigh mean_{u in N(v)} h_u,

@@ -163,3 +163,35 @@ def test_existing_store_is_kept_unless_forced(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     proc = run_cli("fetch", "npy", "--source", folder, "--root", tmp_path, "--quiet")
     assert proc.returncode == 0 and "exists" in proc.stdout
+
+
+def test_npy_stores_are_named_after_their_folder_and_another_graph_is_never_reused(tmp_path: Path) -> None:
+    """Two npy folders make two stores named after them; a store of one name that holds another
+    graph (two folders of one name, a --name given to two datasets) is refused in one line and
+    kept byte-identical, where it used to say "exists" and train the first graph again."""
+    from test_run_folder import digest
+
+    first, second = tmp_path / "a" / "cites", tmp_path / "b" / "friends"
+    write_npy_graph(first, num_nodes=40, seed=1)
+    write_npy_graph(second, num_nodes=70, seed=2)
+    data = tmp_path / "data"
+    for folder in (first, second):
+        proc = run_cli("fetch", "npy", "--source", folder, "--root", data, "--quiet")
+        assert proc.returncode == 0, proc.stderr
+    assert GraphStore.open(data / "cites" / "graph.zarr").num_nodes == 40
+    assert GraphStore.open(data / "friends" / "graph.zarr").num_nodes == 70
+    again = run_cli("fetch", "npy", "--source", first, "--root", data, "--quiet")
+    assert again.returncode == 0 and "exists" in again.stdout        # the same graph: kept
+    before = digest(data / "cites")
+    namesake = tmp_path / "c" / "cites"
+    write_npy_graph(namesake, num_nodes=30, seed=3)
+    line = _one_line_error(run_cli("fetch", "npy", "--source", namesake, "--root", data))
+    assert f"{data / 'cites' / 'graph.zarr'} exists and holds another graph (source {first.resolve()}" in line
+    assert "give --name for a store of its own, or --force to replace it" in line
+    line = _one_line_error(run_cli("fetch", "synth-reddit", "--scale", "0.002", "--name", "cites",
+                                   "--root", data))
+    assert "holds another graph (dataset npy" in line
+    assert digest(data / "cites") == before
+    with pytest.raises(DistgnnError, match="holds another graph"):
+        fetch("npy", root=data, source=namesake)
+    assert store_name("npy", source=namesake) == "cites" and store_name("npy") == "npy"

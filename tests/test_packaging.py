@@ -22,15 +22,11 @@ def test_native_module_has_openmp() -> None:
     assert _native.max_threads() >= 1
 
 
-def test_environment_yml_matches_pyproject() -> None:
-    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
-    project = pyproject["project"]
-    wanted = {_name(r) for r in project["dependencies"]}
-    for extra in project["optional-dependencies"].values():
-        wanted |= {_name(r) for r in extra}
+def _environment_names(path: Path) -> tuple[set[str], set[str]]:
+    """(conda packages, pip packages) a conda environment file lists."""
     conda, pip = set(), set()
     in_pip = False
-    for line in (REPO / "environment.yml").read_text().splitlines():
+    for line in path.read_text().splitlines():
         stripped = line.split("#")[0].rstrip()
         if re.match(r"^\s+- pip:\s*$", stripped):
             in_pip = True
@@ -41,6 +37,10 @@ def test_environment_yml_matches_pyproject() -> None:
         (pip if in_pip and len(m.group(1)) > 4 else conda).add(_name(m.group(2)))
         if len(m.group(1)) <= 2:
             in_pip = False
+    return conda, pip
+
+
+def _lacking(wanted: set[str], conda: set[str], pip: set[str]) -> list[str]:
     missing = []
     for name in sorted(wanted):
         if name in PIP_ONLY:
@@ -48,9 +48,32 @@ def test_environment_yml_matches_pyproject() -> None:
                 missing.append(f"{name} (pip section)")
         elif CONDA_NAMES.get(name, name) not in conda:
             missing.append(name)
+    return missing
+
+
+def test_environment_yml_matches_pyproject() -> None:
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    wanted = {_name(r) for r in project["dependencies"]}
+    for extra in project["optional-dependencies"].values():
+        wanted |= {_name(r) for r in extra}
+    conda, pip = _environment_names(REPO / "environment.yml")
+    missing = _lacking(wanted, conda, pip)
     assert not missing, f"environment.yml lacks: {missing}"
     build = {_name(r) for r in pyproject["build-system"]["requires"]}
     assert build <= conda, f"environment.yml lacks build requirements {build - conda}"
+
+
+def test_the_rules_environment_has_every_runtime_package() -> None:
+    """workflow/envs/distgnn.yaml (`snakemake --sdm conda`) runs the distgnn CLI in every rule: it
+    needs every runtime dependency and the build requirements (Snakemake itself runs outside)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    wanted = {_name(r) for r in pyproject["project"]["dependencies"]} - {
+        "snakemake", "snakemake-executor-plugin-slurm"}
+    conda, pip = _environment_names(REPO / "workflow" / "envs" / "distgnn.yaml")
+    assert not _lacking(wanted, conda, pip), f"workflow/envs/distgnn.yaml lacks: {_lacking(wanted, conda, pip)}"
+    build = {_name(r) for r in pyproject["build-system"]["requires"]}
+    assert build <= conda, f"workflow/envs/distgnn.yaml lacks build requirements {build - conda}"
 
 
 def test_building_the_cli_does_not_initialise_mpi() -> None:

@@ -176,3 +176,56 @@ def test_learning_curves_figure(tmp_path):
     width, height = png_size(path)
     assert width > 800 and height > 300
     assert (metric_name(True), metric_name(False)) == ("ROC-AUC", "accuracy")
+
+
+def test_a_run_without_evaluation_is_reported_as_such(tmp_path):
+    """`eval_every: 0` (the CLI's and the config's "never evaluate"): the run has no accuracy,
+    and the report says n/a where the accuracy would stand instead of failing on None."""
+    root = tmp_path / "runs"
+    write_run(root, "libra", 1, "cd-0")
+    run = root / "libra-2" / "cd-0"
+    write_run(root, "libra", 2, "cd-0")
+    summary = json.loads((run / "summary.json").read_text())
+    summary.update(best_val=None, test_at_best_val=None, final_test=None)
+    (run / "summary.json").write_text(json.dumps(summary))
+    metrics = [{k: v for k, v in json.loads(line).items() if k not in ("train", "val", "test")}
+               for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    make_report(root, tmp_path / "out")
+    table = (tmp_path / "out" / "summary.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| libra | 2 | cd-0"))
+    assert [cell.strip() for cell in row.split("|")].count("n/a") == 2, row
+
+
+def test_placement_counts_threads_against_each_hosts_cpus() -> None:
+    from distgnn.train.telemetry import placement
+
+    # mpiexec without binding: 4 ranks x 1 thread, each free on both CPUs of one host
+    got = placement(["vm"] * 4, [[0, 1]] * 4, [1] * 4)
+    assert got["oversubscribed"] and got["cpus_by_host"] == {"vm": 2} and got["threads_by_host"] == {"vm": 4}
+    # srun binding each rank to its own core: 2 ranks x 1 thread on 2 CPUs
+    assert not placement(["n1", "n1"], [[0], [1]], [1, 1])["oversubscribed"]
+    # two hosts, one of them over: 2 threads on a 1-CPU host
+    got = placement(["mh1", "mh2"], [[0, 1], [0]], [2, 2])
+    assert got["oversubscribed"] and got["cpus_by_host"] == {"mh1": 2, "mh2": 1}
+
+
+def test_oversubscribed_runs_are_marked_in_the_table(tmp_path):
+    """A run whose host ran more threads than CPUs carries the mark beside its epoch time, with a
+    line saying what it means; the others (and runs from before it was recorded) carry none."""
+    root = tmp_path / "runs"
+    for parts in (1, 2, 4):
+        write_run(root, "libra", parts, "cd-0")
+    run = root / "libra-4" / "cd-0"
+    summary = json.loads((run / "summary.json").read_text())
+    summary["placement"] = {"threads_by_rank": [1] * 4, "cpus_by_host": {"vm": 2},
+                            "threads_by_host": {"vm": 4}, "oversubscribed": True}
+    (run / "summary.json").write_text(json.dumps(summary))
+    make_report(root, tmp_path / "out")
+    table = (tmp_path / "out" / "summary.md").read_text().splitlines()
+    rows = {int(line.split("|")[2]): line for line in table if line.startswith("| libra |")}
+    assert "(oversubscribed)" in rows[4].split("|")[7] and "(oversubscribed)" not in rows[1] + rows[2]
+    assert any(line.startswith("(oversubscribed): a host ran more threads than it has CPUs")
+               for line in table)
+    assert pd.read_csv(tmp_path / "out" / "summary.csv").set_index("num_parts").oversubscribed.to_dict() \
+        == {1: False, 2: False, 4: True}

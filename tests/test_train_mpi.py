@@ -639,6 +639,50 @@ def test_custom_model_example_trains_exactly_at_two_ranks(partitions, tmp_path: 
     assert proc.returncode == 2 and "GatedSAGE" in proc.stderr and proc.stderr.count("\n") == 1
 
 
+def test_the_custom_layer_examples_commands_run_as_printed(tmp_path: Path) -> None:
+    """The commands at the top of examples/custom_layer.py, run as a user copies them (from the
+    project's root: the example's path is relative to it), each ends 0 and the run trains."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "examples" / "custom_layer.py").read_text().split('"""')[1]
+    commands = [line.strip() for line in doc.splitlines() if line.startswith("    ")
+                and line.split()[0] in ("distgnn", "mpiexec")]
+    assert [c.split()[0] for c in commands] == ["distgnn", "distgnn", "mpiexec"], commands
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for command in commands:
+        argv = shlex.split(command.replace("examples/custom_layer.py", str(root / "examples" / "custom_layer.py")))
+        argv = [sys.executable if a == "python" else a for a in argv]
+        if argv[0] == "mpiexec":
+            argv.insert(1, "--oversubscribe")
+        proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, (command, proc.stderr[-3000:])
+    assert len(losses(tmp_path / "runs" / "gated")) == 20
+
+
+def test_the_summary_says_when_the_ranks_oversubscribed_their_host(partitions, tmp_path: Path) -> None:
+    """Two ranks each with as many threads as this process has CPUs run twice as many threads as
+    the host has: summary.json's placement says oversubscribed; one thread each is oversubscribed
+    only on a one-CPU machine."""
+    import os
+    import socket
+
+    cpus = len(os.sched_getaffinity(0))
+    for threads, expected in ((cpus, True), (1, cpus < 2)):
+        run = tmp_path / f"t{threads}"
+        proc = mpiexec(2, "train", partitions[2], "--epochs", "1", "--threads", str(threads),
+                       "--out", run, "--quiet")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        seats = json.loads((run / "summary.json").read_text())["placement"]
+        assert seats["threads_by_rank"] == [threads, threads]
+        assert seats["threads_by_host"] == {socket.gethostname(): 2 * threads}
+        assert seats["oversubscribed"] is expected, seats
+
+
 def test_custom_attention_model_trains_exactly_and_delayed(partitions, tmp_path: Path) -> None:
     """A user's attention model through distgnn.train_model (the attend callable of
     distgnn/models/base.py): cd-0 at P = 2 has P = 1's losses; cd-2 at the root trains (its output

@@ -87,6 +87,34 @@ def test_schema_and_config_know_the_vertex_orders():
     assert config["partition"]["order"] == DEFAULT_VERTEX_ORDER
 
 
+def test_schema_takes_what_the_cli_takes_for_the_eval_and_checkpoint_intervals():
+    """The config's eval_every and checkpoint_every start where the CLI's do (0: never)."""
+    from distgnn.errors import DistgnnError
+    from distgnn.train.config import TrainConfig, check_config
+
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    train = schema["properties"]["train"]["properties"]
+    for key in ("eval_every", "checkpoint_every"):
+        lowest = train[key]["minimum"]
+        check_config(TrainConfig(**{key: lowest}))
+        with pytest.raises(DistgnnError):
+            check_config(TrainConfig(**{key: lowest - 1}))
+
+
+def test_a_local_train_job_takes_every_core(tmp_path):
+    """Timed runs never share cores (docs/design.md#timed-runs): locally every train job holds
+    all of --cores, whatever its P; the other rules keep their own counts."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    proc = snakemake("-n", "-c3", cwd=workdir(tmp_path, config))
+    assert proc.returncode == 0, proc.stderr
+    jobs = proc.stdout.split("rule ")[1:]
+    trains = [job for job in jobs if job.startswith("train:")]
+    assert len(trains) == job_stats(proc.stdout)["train"] > 0
+    assert all(re.search(r"^\s+threads: 3$", job, flags=re.M) for job in trains), trains[0]
+    assert not any(re.search(r"^\s+threads: 3$", job, flags=re.M) for job in jobs
+                   if job.startswith(("assign:", "report:")))
+
+
 def test_dry_run_of_default_config_lists_the_jobs(tmp_path):
     # in a copy of the workflow: outputs of an earlier `scripts/demo.sh` in the working tree
     # must not turn the dry run into "Nothing to be done"

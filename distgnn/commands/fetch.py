@@ -63,14 +63,16 @@ def check_numbers(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from distgnn.data.fetch import fetch, store_path
+    from distgnn.data.fetch import check_existing_store, fetch, store_path
 
     check_numbers(args)
     check_threads(args.threads)
     start = time.perf_counter()
     target = store_path(args.root, args.dataset, args.scale, args.seed, args.name, args.mean_degree,
-                        args.labelled_fraction, args.normalize_features, args.feature_dtype)
+                        args.labelled_fraction, args.normalize_features, args.feature_dtype,
+                        args.source)
     if target.exists() and not args.force:
+        check_existing_store(target, args.dataset, args.source, args.scale, args.seed)
         print(f"{target} exists (--force rebuilds it)")
         return 0
     path = fetch(args.dataset, root=args.root, source=args.source, name=args.name, scale=args.scale,

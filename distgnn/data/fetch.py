@@ -62,10 +62,34 @@ def open_source(dataset: str, *, source: str | Path | None = None, download_dir:
 def store_path(root: str | Path, dataset: str, scale: float = 1.0, seed: int = 0,
                name: str | None = None, mean_degree: float | None = None,
                labelled_fraction: float | None = None, normalize_features: bool = False,
-               feature_dtype: str = "float32") -> Path:
+               feature_dtype: str = "float32", source: str | Path | None = None) -> Path:
     """Where ``fetch`` writes: ``<root>/<store>/graph.zarr``."""
     return Path(root) / store_name(dataset, scale, seed, name, mean_degree, labelled_fraction,
-                                   normalize_features, feature_dtype) / "graph.zarr"
+                                   normalize_features, feature_dtype, source) / "graph.zarr"
+
+
+def check_existing_store(target: Path, dataset: str, source: str | Path | None = None,
+                         scale: float = 1.0, seed: int = 0) -> None:
+    """Refuse, in one line, to keep an existing store at ``target`` that holds another graph than
+    the one asked for (another dataset, another npy folder, another scale or seed: a ``--name``
+    given twice, or two npy folders of one name), so that the first graph is never silently
+    trained again; a store of unknown attributes (damaged) is left to ``verify``."""
+    import zarr
+
+    try:
+        attrs = dict(zarr.open_group(str(target), mode="r").attrs)
+    except Exception:  # noqa: BLE001 - not readable as a store: verify and the readers say why
+        return
+    held = {"dataset": attrs.get("name"), "scale": attrs.get("scale"), "seed": attrs.get("seed")}
+    asked = {"dataset": dataset, "scale": scale, "seed": seed}
+    if dataset == "npy" and source is not None:
+        held["source"], asked["source"] = attrs.get("source"), str(Path(source).resolve())
+    differ = [k for k in asked if held[k] is not None and held[k] != asked[k]]
+    if differ:
+        what = ", ".join(f"{k} {held[k]}" for k in differ)
+        raise DistgnnError(f"{target} exists and holds another graph ({what}; asked for "
+                           f"{', '.join(f'{k} {asked[k]}' for k in differ)}): give --name for a "
+                           f"store of its own, or --force to replace it")
 
 
 def row_normalized(features: RowChunks) -> RowChunks:
@@ -95,8 +119,9 @@ def fetch(dataset: str, *, root: str | Path = "data", source: str | Path | None 
           mean_degree: float | None = None, labelled_fraction: float | None = None,
           normalize_features: bool = False, feature_dtype: str = "float32",
           csr_budget: int = DEFAULT_CSR_BUDGET, preflight: bool = True) -> Path:
-    """Write ``<root>/<store>/graph.zarr`` and return its path; an existing complete store is kept
-    unless ``force``. ``normalize_features``: store each feature row divided by its sum
+    """Write ``<root>/<store>/graph.zarr`` and return its path; an existing complete store of the
+    same graph is kept unless ``force`` (one of another graph is refused:
+    :func:`check_existing_store`). ``normalize_features``: store each feature row divided by its sum
     (:func:`row_normalized`); ``feature_dtype``: the features' on-disk form
     (:data:`distgnn.data.catalog.FEATURE_DTYPES`); ``csr_budget``: bytes of CSR indices built
     at once (:class:`distgnn.data.csr_builder.SpooledCsr`); ``preflight``: refuse, before any work,
@@ -104,8 +129,9 @@ def fetch(dataset: str, *, root: str | Path = "data", source: str | Path | None 
     their edge count beforehand: twins and npy folders)."""
     check_feature_dtype(feature_dtype)
     target = store_path(root, dataset, scale, seed, name, mean_degree, labelled_fraction,
-                        normalize_features, feature_dtype)
+                        normalize_features, feature_dtype, source)
     if target.exists() and not force:
+        check_existing_store(target, dataset, source, scale, seed)
         return target
     if preflight and dataset in TWINS:  # before the twin's per-vertex model is drawn
         spec = TWINS[dataset]

@@ -38,12 +38,16 @@ REQUIRED = ("indptr", "indices", "feat", "label", *MASKS)
 
 def store_name(dataset: str, scale: float = 1.0, seed: int = 0, name: str | None = None,
                mean_degree: float | None = None, labelled_fraction: float | None = None,
-               normalize_features: bool = False, feature_dtype: str = "float32") -> str:
+               normalize_features: bool = False, feature_dtype: str = "float32",
+               source: str | os.PathLike | None = None) -> str:
     """Folder name of a store: ``dataset[-x<scale>][-d<mean degree>][-l<labelled fraction>]
-    [-rownorm][-f16][-seed<N>]`` unless ``name`` is given (``-f16``: float16 features)."""
+    [-rownorm][-f16][-seed<N>]`` unless ``name`` is given (``-f16``: float16 features); for an
+    ``npy`` folder, ``dataset`` is the ``source`` folder's own name."""
     if name:
         return name
     out = dataset
+    if dataset == "npy" and source:
+        out = Path(source).resolve().name or dataset
     if scale != 1.0:
         out += f"-x{scale:g}"
     if mean_degree is not None:

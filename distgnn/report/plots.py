@@ -34,7 +34,7 @@ def epoch_time(table: pd.DataFrame, path: Path) -> None:
         parts = sorted(part.num_parts.unique())
         algos = sorted(part.algo.unique())
         width = 0.8 / len(algos)
-        highest = 0.0
+        highest, any_over = 0.0, False
         for j, algo in enumerate(algos):
             rows = [part[(part.num_parts == p) & (part.algo == algo)] for p in parts]
             x = np.arange(len(parts)) + (j - (len(algos) - 1) / 2) * width
@@ -45,13 +45,18 @@ def epoch_time(table: pd.DataFrame, path: Path) -> None:
                        label=label if j == 0 else None, edgecolor="black", linewidth=0.3)
                 bottom += ms
             highest = max(highest, float(bottom.max()))
-            for xi, top in zip(x, bottom):
-                ax.text(xi, top, algo, ha="center", va="bottom", fontsize=7, rotation=90)
+            over = [bool(r.oversubscribed.iloc[0]) if len(r) and "oversubscribed" in r else False
+                    for r in rows]
+            any_over = any_over or any(over)
+            for xi, top, shared in zip(x, bottom, over):
+                ax.text(xi, top, f"{algo} (oversubscribed)" if shared else algo, ha="center",
+                        va="bottom", fontsize=7, rotation=90)
             # The parts are maxima over ranks and may overshoot: mark the epoch time itself.
             epoch = [1e3 * float(r.mean_epoch_time_s.iloc[0]) if len(r) else np.nan for r in rows]
             ax.plot(x, epoch, "k_", markersize=14, markeredgewidth=2,
                     label="epoch time" if j == 0 else None)
-        ax.set_ylim(0, 1.2 * highest or 1.0)  # room for the algorithm labels above the bars
+        # room for the algorithm labels above the bars
+        ax.set_ylim(0, (1.6 if any_over else 1.2) * highest or 1.0)
         ax.set_xticks(np.arange(len(parts)), [f"P={p}" for p in parts])
         ax.set_ylabel("epoch time (ms, steady state)")
         ax.set_title(f"{method}: epoch time by P and algorithm")
@@ -100,7 +105,10 @@ def test_curves(runs: list[Run], path: Path, *, against: str) -> None:
         ax.set_xlabel("epoch" if against == "epoch" else "training time (s)")
         ax.set_ylabel("test metric")
         ax.set_title(f"{method}, P={p}")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        else:   # no run of this panel evaluated (--eval-every 0)
+            ax.text(0.5, 0.5, "not evaluated", ha="center", va="center", transform=ax.transAxes)
     _save(fig, path)
 
 

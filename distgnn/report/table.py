@@ -15,7 +15,16 @@ SPLIT_KEYS = ("time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_
 COLUMNS = ("store", "method", "num_parts", "algo", "model", "apply", "replication_factor", "mean_epoch_time_s",
            *SPLIT_KEYS, "time_other_s", "bytes_forward", "bytes_backward", "bytes_gradients",
            "peak_rss_bytes", "best_val", "test_at_best_val", "final_test", "speedup_vs_p1",
-           "epochs", "slurm_job_id", "hosts")
+           "epochs", "slurm_job_id", "hosts", "oversubscribed")
+
+
+#: the mark after the epoch time of a run measured with more threads than CPUs on a host
+OVERSUBSCRIBED = "(oversubscribed)"
+
+
+def _accuracy(value: Any) -> str:
+    """An accuracy for the table; n/a for a run that never evaluated (``--eval-every 0``)."""
+    return "n/a" if value is None or pd.isna(value) else f"{float(value):.4f}"
 
 
 def hosts_label(hosts_by_rank: list[str] | None) -> str:
@@ -59,6 +68,8 @@ def summary_table(runs: list[Run]) -> pd.DataFrame:
         row["algo"], row["apply"] = run.key[3], run.apply
         row["model"] = str(s.get("model", FIRST_MODEL))  # runs from before --model
         row["hosts"] = hosts_label(s.get("hosts_by_rank"))
+        # runs from before it was recorded: unknown, shown unmarked
+        row["oversubscribed"] = bool((s.get("placement") or {}).get("oversubscribed", False))
         row.update(epoch_split(run))
         rows.append(row)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
@@ -102,11 +113,17 @@ def markdown(table: pd.DataFrame) -> str:
                   "|" + "---|" * 20]
         for _, r in part.iterrows():
             ms = [f"{1e3 * float(r[k]):.1f}" for k in ("mean_epoch_time_s", *SPLIT_KEYS, "time_other_s")]
+            if r.oversubscribed:
+                ms[0] += f" {OVERSUBSCRIBED}"
             lines.append(
                 f"| {r.method} | {r.num_parts} | {r.algo} | {r.model} | {r['apply']} | {float(r.replication_factor):.3f} | "
                 + " | ".join(ms)
                 + f" | {_mib(r.bytes_forward)} | {_mib(r.bytes_backward)} | {_mib(r.bytes_gradients)}"
-                f" | {_mib(r.peak_rss_bytes)} | {float(r.best_val):.4f} | {float(r.test_at_best_val):.4f}"
+                f" | {_mib(r.peak_rss_bytes)} | {_accuracy(r.best_val)} | {_accuracy(r.test_at_best_val)}"
                 f" | {'' if pd.isna(r.speedup_vs_p1) else f'{r.speedup_vs_p1:.2f}x'} | {r.hosts} |")
+        if part.oversubscribed.any():
+            lines += ["", f"{OVERSUBSCRIBED}: a host ran more threads than it has CPUs "
+                          f"(summary.json's placement), so this time measures the sharing of cores, "
+                          f"not the algorithm."]
         lines.append("")
     return "\n".join(lines)

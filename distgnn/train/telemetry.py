@@ -7,11 +7,13 @@ the summed bytes over ranks.
 """
 from __future__ import annotations
 
+import os
 import resource
 import time
 from typing import Any
 
 import numpy as np
+import torch
 
 from distgnn.comm import Communicator
 from distgnn.train.context import RankContext
@@ -26,6 +28,27 @@ BYTE_KINDS = ("forward", "backward", "gradients", "broadcast", "reduce")
 def peak_rss_bytes() -> int:
     """This process's peak resident memory so far, bytes."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def cpus_and_threads() -> tuple[list[int], int]:
+    """(the CPUs this process may run on, the threads its dense work uses)."""
+    return sorted(os.sched_getaffinity(0)), int(torch.get_num_threads())
+
+
+def placement(hosts: list[str], cpus_by_rank: list[list[int]], threads_by_rank: list[int]
+              ) -> dict[str, Any]:
+    """How the ranks sat on their hosts, for ``summary.json``: each host's CPUs (the union of its
+    ranks' affinity) and threads (the sum over its ranks), and whether any host ran more threads
+    than it has CPUs (``oversubscribed``: then epoch times measure the sharing, not the run)."""
+    cpus: dict[str, set[int]] = {}
+    threads: dict[str, int] = {}
+    for host, mine, n in zip(hosts, cpus_by_rank, threads_by_rank):
+        cpus.setdefault(host, set()).update(mine)
+        threads[host] = threads.get(host, 0) + int(n)
+    return {"threads_by_rank": list(threads_by_rank),
+            "cpus_by_host": {h: len(c) for h, c in cpus.items()},
+            "threads_by_host": threads,
+            "oversubscribed": any(threads[h] > len(cpus[h]) for h in threads)}
 
 
 def reduce_over_ranks(figures: list[dict[str, Any]]) -> dict[str, Any]:

@@ -35,7 +35,8 @@ from distgnn.train.config import TrainConfig, check_config
 from distgnn.train.context import RankContext, check_ranks, open_rank
 from distgnn.train.shared_folder import check_shared_folder, startup_grace_s
 from distgnn.train.step import evaluate, train_step
-from distgnn.train.telemetry import EpochMeter, peak_rss_bytes, run_summary
+from distgnn.train.telemetry import (EpochMeter, cpus_and_threads, peak_rss_bytes, placement,
+                                     run_summary)
 from distgnn.train.watchdog import StartupGuard, Watchdog
 from distgnn.models.registry import DEFAULT_MODEL, run_name
 from distgnn.train.run_folder import RunLock, check_resume_length, check_run_folder
@@ -165,14 +166,15 @@ class Trainer:
             figures.update(meter.evaluation(lambda: evaluate(ctx)))
         return loss, meter.record(epoch, loss, figures)
 
-    def _per_rank_figures(self) -> tuple[list, list, list, list] | None:
-        """(peak memory, huge-page bytes, tiling choices, host name) by rank, on rank 0, while the
-        part and its caches are alive."""
+    def _per_rank_figures(self) -> tuple[list, list, list, list, list] | None:
+        """(peak memory, huge-page bytes, tiling choices, host name, (CPUs, threads)) by rank, on
+        rank 0, while the part and its caches are alive."""
         peaks = self.comm.gather(peak_rss_bytes())
         huge = self.comm.gather(huge_page_bytes())
         tiles = self.comm.gather(ops.tiling_report())
         hosts = self.comm.gather(socket.gethostname())
-        return None if self.comm.rank != 0 else (peaks, huge, tiles, hosts)
+        seats = self.comm.gather(cpus_and_threads())
+        return None if self.comm.rank != 0 else (peaks, huge, tiles, hosts, seats)
 
     def _phase(self) -> str:
         """What this rank is doing now, for the hang watchdog's report."""
@@ -223,14 +225,15 @@ class Trainer:
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
-    def _write_outputs(self, records: list[dict[str, Any]], per_rank: tuple[list, list, list, list]
-                       ) -> dict[str, Any]:
+    def _write_outputs(self, records: list[dict[str, Any]],
+                       per_rank: tuple[list, list, list, list, list]) -> dict[str, Any]:
         """Rank 0, after every rank has stopped its watchdog: ``model.pt``, then
         ``summary.json`` (temporary name, then rename)."""
         ctx = self.ctx
-        peaks, huge, tiles, hosts = per_rank
+        peaks, huge, tiles, hosts, seats = per_rank
         summary = run_summary(ctx, records)
         summary["hosts_by_rank"] = hosts
+        summary["placement"] = placement(hosts, [c for c, _ in seats], [n for _, n in seats])
         summary["peak_rss_bytes_by_rank"] = peaks
         summary["huge_pages"] = {"requested": self.config.huge_pages, "thp_mode": thp_mode(),
                                  "bytes_by_rank": huge}

@@ -10,13 +10,18 @@ from distgnn.vocabulary import MESSAGE_BITS, parse_algorithm, resolve_apply
 from snakemake.exceptions import WorkflowError
 
 
+#: threads a rule asks for to get every core Snakemake has (it caps a rule's threads at --cores)
+ALL_CORES = 1 << 20
+
+
 def datasets_by_store():
     """Store name (docs/design.md#pipeline: dataset[-x<scale>][-d<D>][-l<F>][-rownorm][-f16]
     [-seed<N>], or `name`) -> its dataset entry."""
     return {
         store_name(d["dataset"], d.get("scale", 1.0), d.get("seed", 0), d.get("name"),
                    d.get("mean_degree"), d.get("labelled_fraction"),
-                   d.get("normalize_features", False), d.get("feature_dtype", "float32")): d
+                   d.get("normalize_features", False), d.get("feature_dtype", "float32"),
+                   d.get("source")): d
         for d in config["datasets"]
     }
 

@@ -21,8 +21,11 @@ rule train:
         rundir=lambda wildcards, output: os.path.dirname(output.summary),
         options=lambda wildcards: train_options(algo_of_run(wildcards)),
         submitit="logs/submitit/{store}/{method}-{P}/{algo}",
-    # Locally the P ranks share the cores: reserve them so trains do not overlap.
-    threads: lambda wildcards: int(wildcards.P)
+    # Locally a timed run has the machine to itself: it asks for more cores than any machine has,
+    # and Snakemake gives it every core (--cores), so no two trains, nor a train and another job,
+    # overlap and share cores (docs/design.md#timed-runs). The Slurm profiles set 1 (train only
+    # submits and waits there).
+    threads: ALL_CORES
     resources:
         launch_executor="local",
         submitit_preset="local",
