@@ -195,3 +195,65 @@ def test_npy_stores_are_named_after_their_folder_and_another_graph_is_never_reus
     with pytest.raises(DistgnnError, match="holds another graph"):
         fetch("npy", root=data, source=namesake)
     assert store_name("npy", source=namesake) == "cites" and store_name("npy") == "npy"
+
+
+@pytest.mark.parametrize("multilabel", [False, True])
+def test_a_graph_in_memory_makes_the_store_its_npy_folder_makes(tmp_path: Path, multilabel: bool) -> None:
+    """numpy arrays, a scipy matrix, a DGLGraph and a PyG Data of one graph each write the store
+    the npy folder of the same arrays gives: the same CSR, features, labels and masks
+    (docs/design.md#own-graphs); without masks, the same seeded split."""
+    import scipy.sparse
+    import torch
+
+    from distgnn.data import arrays as own
+
+    folder = tmp_path / "g"
+    a = write_npy_graph(folder, num_nodes=60, num_edges=400, seed=4)
+    if multilabel:
+        a["label"] = (np.random.default_rng(0).random((60, 3)) < 0.4).astype(np.float32)
+        np.save(folder / "label.npy", a["label"])
+    reference = GraphStore.open(fetch("npy", root=tmp_path / "npy", source=folder))
+    masks = {k: a[k] for k in ("train_mask", "val_mask", "test_mask")}
+    made = {"arrays": own.write_arrays(tmp_path / "out", "arrays", a["src"], a["dst"], a["feat"],
+                                       a["label"], masks),
+            "scipy": own.write_scipy(tmp_path / "out", "scipy",
+                                     scipy.sparse.coo_matrix((np.ones(400), (a["src"], a["dst"])),
+                                                             shape=(60, 60)).tocsr(),
+                                     a["feat"], a["label"], masks)}
+    import dgl
+    from torch_geometric.data import Data
+
+    g = dgl.graph((torch.from_numpy(a["src"]), torch.from_numpy(a["dst"])), num_nodes=60)
+    g.ndata["feat"], g.ndata["label"] = torch.from_numpy(a["feat"]), torch.from_numpy(a["label"])
+    for k, v in masks.items():
+        g.ndata[k] = torch.from_numpy(v)
+    made["dgl"] = own.write_dgl(tmp_path / "out", "dgl", g)
+    made["pyg"] = own.write_pyg(tmp_path / "out", "pyg", Data(
+        x=torch.from_numpy(a["feat"]), y=torch.from_numpy(a["label"]),
+        edge_index=torch.from_numpy(np.stack([a["src"], a["dst"]])), **{k: torch.from_numpy(v) for k, v in masks.items()}))
+    ref_indptr, ref_indices = reference.csr()
+    for kind, path in made.items():
+        store = GraphStore.open(path)
+        indptr, indices = store.csr()
+        # scipy's matrix sums duplicate edges into one entry: compare its edge set
+        if kind == "scipy":
+            assert set(zip(np.repeat(np.arange(60), np.diff(indptr)), indices)) == \
+                set(zip(np.repeat(np.arange(60), np.diff(ref_indptr)), ref_indices))
+        else:
+            np.testing.assert_array_equal(indptr, ref_indptr, err_msg=kind)
+            np.testing.assert_array_equal(indices, ref_indices, err_msg=kind)
+        for key in ("feat", "label", "train_mask", "val_mask", "test_mask"):
+            np.testing.assert_array_equal(store.read(key), reference.read(key), err_msg=f"{kind} {key}")
+        assert store.attrs["multilabel"] is multilabel and store.attrs["name"] == kind
+    # without masks: the npy folder's seeded split
+    unsplit = own.write_arrays(tmp_path / "out", "unsplit", a["src"], a["dst"], a["feat"], a["label"], seed=5)
+    for k in masks:
+        (folder / f"{k}.npy").unlink()
+    split = GraphStore.open(fetch("npy", root=tmp_path / "npy2", source=folder, seed=5))
+    for k in masks:
+        np.testing.assert_array_equal(GraphStore.open(unsplit).read(k), split.read(k))
+    with pytest.raises(DistgnnError, match="exists .* force=True"):
+        own.write_arrays(tmp_path / "out", "arrays", a["src"], a["dst"], a["feat"], a["label"])
+    with pytest.raises(DistgnnError, match="give all of train_mask, val_mask, test_mask or none"):
+        own.write_arrays(tmp_path / "out", "x", a["src"], a["dst"], a["feat"], a["label"],
+                         {"train_mask": masks["train_mask"]})

@@ -83,6 +83,23 @@ def test_mpiexec_argv_oversubscribes_past_the_cores() -> None:
     oversub = mpiexec_argv(["x.py"], ranks=4, cores=2)
     assert oversub[:3] == ["mpiexec", "-n", "4"] and "--oversubscribe" in oversub
     assert "--oversubscribe" not in mpiexec_argv(["x.py"], ranks=2, cores=2)
+    assert mpiexec_argv(["x.py"], ranks=1, cores=2, threads=2)[3:7] == ["--map-by", "slot:PE=2",
+                                                                        "--bind-to", "core"]
+    assert mpiexec_argv(["x.py"], ranks=2, cores=2, threads=2)[3:5] == ["--bind-to", "none"]
+
+
+@pytest.mark.mpi
+def test_a_local_rank_of_several_threads_gets_as_many_cores(tmp_path):
+    """One rank of 2 threads on a machine of 2 or more cores may run on 2 of them: Open MPI's plain
+    --bind-to core pinned it to one, so a P = 1 run computed on half the machine."""
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    out = tmp_path / "probe.json"
+    launch([PROBE, str(out)], 1, "local", {"cpus_per_task": 2, "timeout_min": 5}, tmp_path / "logs")
+    record = json.loads(out.read_text())[0]
+    assert record["omp_num_threads"] == "2"
+    assert len(record["affinity"]) == min(2, cores), record
 
 
 @pytest.mark.mpi

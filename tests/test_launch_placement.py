@@ -147,3 +147,22 @@ def test_a_failed_launch_says_its_verdict_once_and_how_to_continue(four_parts, t
     losses = [[json.loads(line)["loss"] for line in (r / "metrics.jsonl").read_text().splitlines()]
               for r in (run, unbroken)]
     assert losses[0] == losses[1]
+
+
+@pytest.mark.slurm
+def test_the_local_slurm_gets_the_estimates_memory(local_slurm, tmp_path) -> None:
+    """The slurm preset's ``mem_gb: auto`` reaches Slurm itself: the finished job's requested
+    memory per node, read back with scontrol, is the estimate plus the margin the launch named."""
+    import re
+    import subprocess
+
+    parts = partitioned_twin(tmp_path, 2)[1]
+    logs = tmp_path / "logs"
+    proc = run_cli("launch", parts, "--executor", "slurm", "--epochs", "1", "--hidden", "16",
+                   "--log-dir", logs, "--out", tmp_path / "run", cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    asked = re.search(r"asking Slurm for (\d+) GiB per node \(estimate", proc.stderr)
+    assert asked, proc.stderr[-3000:]
+    job = next(p.name for p in logs.iterdir() if p.name.isdigit())
+    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+    assert re.search(rf"\bMinMemoryNode={asked.group(1)}G\b", shown), shown

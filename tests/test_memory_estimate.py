@@ -252,3 +252,48 @@ def test_a_slurm_launch_over_the_presets_mem_gb_is_refused_before_submitting(tmp
     assert "the ranks of one node would not fit in preset small's mem_gb" in line, line
     assert "(> 0.01 GiB mem_gb)" in line, line
     assert not (tmp_path / "logs").exists()  # nothing was submitted
+
+
+def test_mem_gb_auto_asks_for_the_estimate_plus_the_margin_and_refuses_past_the_sites_cap(tmp_path) -> None:
+    """``mem_gb: auto``: the request per node is the largest node's estimate x (1 + mem_margin) in
+    whole GiB, said in one line and written into the job (sbatch's --mem); above ``mem_gb_max``
+    it is refused in one line before anything is submitted (docs/design.md#job-memory)."""
+    import json
+    import math
+    import os
+    import sys
+    from pathlib import Path
+
+    from conftest import partitioned_twin, run_cli
+
+    _, parts = partitioned_twin(tmp_path, 2)
+    presets = tmp_path / "presets.yaml"
+    presets.write_text("capped:\n  ranks_per_node: 2\n  mem_gb: auto\n  mem_margin: 0.5\n"
+                       "  mem_gb_max: 0.5\n"
+                       "sized:\n  ranks_per_node: 2\n  mem_gb: auto\n  mem_margin: 0.5\n  timeout_min: 1\n"
+                       "bad:\n  mem_gb: lots\n")
+    proc = run_cli("launch", parts, "--executor", "slurm", "--preset", "capped", "--presets",
+                   presets, "--log-dir", tmp_path / "logs", "--out", tmp_path / "run")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "over its site cap mem_gb_max 0.5" in proc.stderr and "nothing was submitted" in proc.stderr
+    assert not (tmp_path / "logs").exists()
+    proc = run_cli("launch", parts, "--executor", "slurm", "--preset", "bad", "--presets", presets)
+    assert proc.returncode == 2 and "mem_gb must be a number > 0, auto or null, got 'lots'" in proc.stderr
+
+    # a stand-in sbatch keeps the script it was given and refuses (nothing runs)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sinfo").write_text("#!/bin/sh\nprintf 'debug*|n1|64\\n'\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ncp \"$1\" {tmp_path}/script.sh\n"
+                                    "echo 'sbatch: error: stand-in' >&2; exit 1\n")
+    for tool in ("sinfo", "sbatch"):
+        (bin_dir / tool).chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    shape = ["--algo", "cd-0", "--layers", "2", "--hidden", "64"]
+    proc = run_cli("launch", parts, "--executor", "slurm", "--preset", "sized", "--presets", presets,
+                   "--log-dir", tmp_path / "logs2", "--out", tmp_path / "run", *shape, env=env)
+    estimate = run_cli("scaling-model", "estimate-memory", parts, *shape, "--json")   # what a user reads
+    need = sum(row["estimate_bytes"] for row in json.loads(estimate.stdout))
+    request = max(1, math.ceil(need * 1.5 / 2**30))
+    assert f"asking Slurm for {request} GiB per node (estimate {need / 2**30:.2f} GiB + 50%)" in proc.stderr
+    assert f"#SBATCH --mem={request}GB" in (tmp_path / "script.sh").read_text()

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 import time
 from pathlib import Path
 
 from distgnn.commands.train import add_train_options
 from distgnn.errors import DistgnnError
+from distgnn.progress import is_quiet
 from distgnn.launch import launch, load_preset, num_parts
 from distgnn.launch.submit import EXECUTORS, local_threads
 
@@ -70,19 +73,49 @@ def check_local_memory(args: argparse.Namespace) -> None:
                            f"it anyway)")
 
 
+def node_estimates(args: argparse.Namespace, preset: dict, ranks: int) -> list[list]:
+    """The ranks' memory estimates grouped by node: ranks fill nodes in order,
+    ``ranks_per_node`` each (srun's block distribution)."""
+    per_node = int(preset.get("ranks_per_node") or ranks)
+    estimates = rank_estimates(args)
+    return [estimates[first:first + per_node] for first in range(0, ranks, per_node)]
+
+
+def sized_memory(args: argparse.Namespace, preset: dict, preset_name: str, ranks: int) -> dict:
+    """The preset with ``mem_gb: auto`` replaced by the request the estimate gives (docs/design.md#job-memory):
+    the largest node's estimated need times (1 + ``mem_margin``), whole GiB; refused in one line
+    above the site's ``mem_gb_max``. A preset with a number (or nothing) is returned as it is."""
+    from distgnn.launch.presets import DEFAULT_MEM_MARGIN
+
+    if preset.get("mem_gb") != "auto":
+        return preset
+    margin = preset.get("mem_margin")
+    margin = DEFAULT_MEM_MARGIN if margin is None else float(margin)
+    need = max(sum(e.total for e in node) for node in node_estimates(args, preset, ranks))
+    request = max(1, math.ceil(need * (1 + margin) / 2**30))
+    cap = preset.get("mem_gb_max")
+    if cap is not None and request > float(cap):
+        raise DistgnnError(
+            f"{args.partdir}: the ranks of one node need {need / 2**30:.2f} GiB (estimate), "
+            f"{request} GiB with preset {preset_name}'s mem_margin {margin:g}: over its site cap "
+            f"mem_gb_max {cap:g}; lower ranks_per_node or partition into more parts; nothing was "
+            f"submitted")
+    if not is_quiet():
+        print(f"distgnn launch: asking Slurm for {request} GiB per node (estimate "
+              f"{need / 2**30:.2f} GiB + {margin:.0%})", file=sys.stderr)
+    return {**preset, "mem_gb": request}
+
+
 def check_preset_memory(args: argparse.Namespace, preset: dict, preset_name: str, ranks: int) -> None:
     """Refuse before submitting a Slurm job whose ranks on one node would need more than the
-    preset's ``mem_gb`` (the job's --mem: Slurm kills a rank that passes it). Ranks fill nodes
-    in order, ``ranks_per_node`` each (srun's block distribution)."""
+    preset's ``mem_gb`` (the job's --mem: Slurm kills a rank that passes it)."""
     from distgnn.scaling.rank_memory import fits
 
     if preset.get("mem_gb") is None:
         return
-    per_node = int(preset.get("ranks_per_node") or ranks)
-    estimates = rank_estimates(args)
     budget = int(float(preset["mem_gb"]) * 2**30)
-    for first in range(0, ranks, per_node):
-        ok, reason = fits(estimates[first:first + per_node], budget)
+    for node in node_estimates(args, preset, ranks):
+        ok, reason = fits(node, budget)
         if not ok:
             raise DistgnnError(
                 f"{args.partdir}: the ranks of one node would not fit in preset {preset_name}'s "
@@ -156,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
         threads = local_threads(preset, ranks)
     if args.executor != "slurm" and not args.skip_memory_check:
         check_local_memory(args)
+    if args.executor == "slurm":
+        preset = sized_memory(args, preset, args.preset or args.executor, ranks)
     if args.executor == "slurm" and not args.skip_memory_check:
         check_preset_memory(args, preset, args.preset or args.executor, ranks)
     start = time.perf_counter()

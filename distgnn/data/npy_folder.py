@@ -13,11 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from distgnn.data import npy_stream
+from distgnn.data.arrays import EDGE_BLOCK, MASKS, labels_and_masks
 from distgnn.data.source import GraphSource
-from distgnn.data.splits import random_split
 from distgnn.errors import DistgnnError
-
-EDGE_BLOCK = 1 << 22
 
 
 def read_npy_folder(folder: str | Path, *, undirected: bool = False, seed: int = 0,
@@ -39,25 +37,15 @@ def read_npy_folder(folder: str | Path, *, undirected: bool = False, seed: int =
         raise DistgnnError(f"{files['dst']}: shape {list(dst_shape)} does not match src.npy's "
                            f"{list(src_shape)} (expected two 1-D arrays of equal length)")
 
-    labels = npy_stream.load(files["label"])
-    multilabel = labels.ndim == 2
-    if multilabel:
-        num_classes = labels.shape[1]
-        labels = labels.astype(np.float32)
-    else:
-        if not np.issubdtype(labels.dtype, np.integer):
-            raise DistgnnError(f"{files['label']}: expected integer class ids, got {labels.dtype}")
-        labels = labels.astype(np.int64)
-        num_classes = int(labels.max()) + 1 if labels.size else 0
-
-    masks = {}
-    mask_files = {k: folder / f"{k}.npy" for k in ("train_mask", "val_mask", "test_mask")}
-    if any(p.exists() for p in mask_files.values()):
-        for key, path in mask_files.items():
-            masks[key] = npy_stream.load(path).astype(bool)
-    else:
-        eligible = None if multilabel else labels >= 0
-        masks = random_split(num_nodes, (0.6, 0.2, 0.2), seed, eligible)
+    mask_files = {k: folder / f"{k}.npy" for k in MASKS}
+    present = [p.exists() for p in mask_files.values()]
+    if any(present) and not all(present):
+        lacking = next(p for p, there in zip(mask_files.values(), present) if not there)
+        raise DistgnnError(f"{lacking}: file not found (masks: give train_mask.npy, val_mask.npy "
+                           f"and test_mask.npy, or none)")
+    given = {k: npy_stream.load(p) for k, p in mask_files.items() if p.exists()}
+    labels, multilabel, num_classes, masks = labels_and_masks(
+        npy_stream.load(files["label"]), given or None, num_nodes, seed, str(files["label"]))
 
     def edges():
         for src, dst in zip(npy_stream.iter_rows(files["src"], EDGE_BLOCK),

@@ -7,14 +7,16 @@ from typing import Any
 from distgnn.errors import DistgnnError
 
 #: Keys a preset may set. ``ranks_per_node``, ``grace_s``, ``pending_timeout_min``, ``stage_dir``,
-#: ``srun_mpi`` and ``srun_cpu_bind`` are ours; the others are submitit's AutoExecutor parameters (``slurm_*`` ones
-#: only reach Slurm).
+#: ``srun_mpi``, ``srun_cpu_bind``, ``mem_margin`` and ``mem_gb_max`` are ours (and ``mem_gb: auto``);
+#: the others are submitit's AutoExecutor parameters (``slurm_*`` ones only reach Slurm).
 PRESET_KEYS = {
     "ranks_per_node", "cpus_per_task", "mem_gb", "timeout_min", "slurm_partition", "slurm_account",
     "slurm_qos", "slurm_constraint", "slurm_signal_delay_s", "slurm_additional_parameters",
     "slurm_setup", "slurm_srun_args", "grace_s", "pending_timeout_min", "stage_dir", "srun_mpi",
-    "srun_cpu_bind",
+    "srun_cpu_bind", "mem_margin", "mem_gb_max",
 }
+#: ``mem_margin`` when a preset with ``mem_gb: auto`` gives none: the request is the estimate x 1.25
+DEFAULT_MEM_MARGIN = 0.25
 
 
 def default_presets_file() -> Path:
@@ -45,4 +47,13 @@ def load_preset(name: str, path: str | Path | None = None) -> dict[str, Any]:
     if unknown:
         raise DistgnnError(f"{path}: preset {name!r} has unknown keys {unknown} "
                            f"(allowed: {', '.join(sorted(PRESET_KEYS))})")
+    for key, allowed, auto in (("mem_gb", "a number > 0, auto or null", True),
+                               ("mem_gb_max", "a number > 0 or null", False),
+                               ("mem_margin", "a number >= 0 or null", False)):
+        value = preset.get(key)
+        if value is None or (auto and value == "auto"):
+            continue
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+        if not number or value < 0 or (value == 0 and key != "mem_margin") or value == float("inf"):
+            raise DistgnnError(f"{path}: preset {name!r}: {key} must be {allowed}, got {value!r}")
     return preset

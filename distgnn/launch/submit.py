@@ -65,7 +65,7 @@ def slurm_parameters(preset: dict[str, Any], ranks: int, job_name: str) -> dict[
         "slurm_setup": [f"export OMP_NUM_THREADS={cpus}", "export OMP_PROC_BIND=close",
                         "export OMP_PLACES=cores", *preset.get("slurm_setup", [])],
     }
-    if preset.get("mem_gb") is not None:
+    if preset.get("mem_gb") not in (None, "auto"):   # auto: sized by distgnn launch beforehand
         params["mem_gb"] = preset["mem_gb"]
     for key in ("slurm_partition", "slurm_account", "slurm_qos", "slurm_constraint",
                 "slurm_signal_delay_s", "slurm_additional_parameters"):

@@ -101,13 +101,18 @@ class RankTask(Checkpointable):
         return DelayedSubmission(RankTask(with_resume(self.argv), self.threads))
 
 
-def mpiexec_argv(argv: list[str], ranks: int, cores: int) -> list[str]:
-    """``mpiexec -n ranks ... argv``; oversubscribed (and unbound) when ranks exceed ``cores``."""
+def mpiexec_argv(argv: list[str], ranks: int, cores: int, threads: int = 1) -> list[str]:
+    """``mpiexec -n ranks ... argv``: each rank bound to ``threads`` cores of its own when they
+    fit in ``cores`` (Open MPI's plain ``--bind-to core`` pins a rank to one core, so a single
+    rank of 2 threads ran both on one core); unbound when they do not, and oversubscribed when
+    the ranks alone exceed ``cores``."""
     cmd = ["mpiexec", "-n", str(ranks)]
     if ranks > cores:
         cmd += ["--oversubscribe", "--bind-to", "none"]
+    elif ranks * threads > cores:
+        cmd += ["--bind-to", "none"]
     else:
-        cmd += ["--bind-to", "core"]
+        cmd += ["--map-by", f"slot:PE={threads}", "--bind-to", "core"]
     return cmd + interpreter_argv(argv)
 
 
@@ -146,7 +151,7 @@ class MpiexecTask(Checkpointable):
         if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers and CI run as root
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        cmd = mpiexec_argv(self.argv, self.ranks, os.cpu_count() or 1)
+        cmd = mpiexec_argv(self.argv, self.ranks, len(os.sched_getaffinity(0)), self.threads)
         try:
             return CommandFunction(cmd, verbose=True, env=env)()
         except FileNotFoundError as exc:
