@@ -229,3 +229,23 @@ def test_oversubscribed_runs_are_marked_in_the_table(tmp_path):
                for line in table)
     assert pd.read_csv(tmp_path / "out" / "summary.csv").set_index("num_parts").oversubscribed.to_dict() \
         == {1: False, 2: False, 4: True}
+
+
+def test_a_ranks_cpus_are_its_threads_not_its_main_threads_pinned_core() -> None:
+    """Under OMP_PROC_BIND=close OpenMP pins the main thread to one core: the CPUs recorded for
+    a rank are the union over its threads, so a 2-thread rank on 2 cores is not taken for
+    oversubscribed (the demo's P = 1 rows were)."""
+    import os
+    import subprocess
+    import sys
+
+    cores = sorted(os.sched_getaffinity(0))[:2]
+    script = ("import json, os, torch\nfrom distgnn.train.telemetry import process_cpus\n"
+              "x = torch.randn(1500, 1500); (x @ x).sum()\n"
+              "print(json.dumps([sorted(os.sched_getaffinity(0)), process_cpus()]))")
+    env = {**os.environ, "OMP_NUM_THREADS": str(len(cores)), "OMP_PROC_BIND": "close",
+           "OMP_PLACES": "cores"}
+    out = subprocess.run(["taskset", "-c", ",".join(map(str, cores)), sys.executable, "-c", script],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    main_thread, union = json.loads(out)
+    assert union == cores, (main_thread, union)

@@ -30,15 +30,32 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def process_cpus() -> list[int]:
+    """The CPUs this process's threads may run on: the union over its threads, since OpenMP's
+    OMP_PROC_BIND pins each thread of its team, the main thread included, to one core of its own
+    (the main thread's set alone then reads as one core however many the team has)."""
+    cpus: set[int] = set()
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        tasks = []
+    for tid in tasks:
+        try:
+            cpus |= os.sched_getaffinity(int(tid))
+        except (OSError, ValueError):
+            continue   # a thread that ended meanwhile
+    return sorted(cpus or os.sched_getaffinity(0))
+
+
 def cpus_and_threads() -> tuple[list[int], int]:
     """(the CPUs this process may run on, the threads its dense work uses)."""
-    return sorted(os.sched_getaffinity(0)), int(torch.get_num_threads())
+    return process_cpus(), int(torch.get_num_threads())
 
 
 def placement(hosts: list[str], cpus_by_rank: list[list[int]], threads_by_rank: list[int]
               ) -> dict[str, Any]:
-    """How the ranks sat on their hosts, for ``summary.json``: each host's CPUs (the union of its
-    ranks' affinity) and threads (the sum over its ranks), and whether any host ran more threads
+    """How the ranks sat on their hosts, for ``summary.json``: each host's CPUs (the union of the
+    CPUs its ranks' threads may run on, :func:`process_cpus`) and threads (the sum over its ranks), and whether any host ran more threads
     than it has CPUs (``oversubscribed``: then epoch times measure the sharing, not the run)."""
     cpus: dict[str, set[int]] = {}
     threads: dict[str, int] = {}
