@@ -26,7 +26,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from enum import StrEnum
+from enum import Enum
 from functools import partial
 from typing import Any, Callable, Protocol
 
@@ -39,6 +39,13 @@ from distgnn.kernels.message_codec import MessageCodec, stream_key
 PROGRESS_THREAD = "DISTGNN_PROGRESS_THREAD"
 #: seconds between the progress thread's passes while a row exchange is in flight
 PROGRESS_INTERVAL_S = 0.002
+
+
+class StrEnum(str, Enum):
+    """enum.StrEnum of Python 3.11, kept here so that 3.10 runs too: a member prints as its value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
 
 
 class Traffic(StrEnum):

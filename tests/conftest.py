@@ -90,6 +90,21 @@ def mpiexec(num_ranks: int, *args: str, env: dict | None = None, timeout: float 
                           text=True, timeout=timeout)
 
 
+#: set by scripts/test.sh when it runs without root: the reason the host tests are skipped
+HOST_TESTS_SKIPPED = "DISTGNN_HOST_TESTS_SKIPPED"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without root there is no Slurm to install or start and no network namespace to make: the
+    tests marked ``slurm`` or ``multihost`` are skipped with scripts/test.sh's reason."""
+    reason = os.environ.get(HOST_TESTS_SKIPPED)
+    if not reason:
+        return
+    for item in items:
+        if item.get_closest_marker("slurm") or item.get_closest_marker("multihost"):
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture(scope="session")
 def local_slurm():
     """The one-node Slurm of cluster/local-slurm.sh, started for the session and stopped after."""
