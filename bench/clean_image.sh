@@ -51,12 +51,15 @@ mounted+=("$image/proc")
 bind /sys "$image/sys"
 bind /dev "$image/dev"
 cp /etc/resolv.conf "$image/etc/resolv.conf"
+# This workplace reaches PyPI through a TLS-intercepting proxy: its CA goes in as pip's PIP_CERT,
+# as at any site behind such a proxy (nothing else of the host's set-up enters the image).
+cp /etc/ssl/certs/ca-certificates.crt "$image/opt/site-ca.crt"
+pip_env=(PIP_CERT=/opt/site-ca.crt)
 wheels=${LOCAL_WHEELS:-}
 [ -z "$wheels" ] && [ -d /opt/wheels ] && wheels=/opt/wheels
-pip_env=()
 if [ -n "$wheels" ]; then
   bind "$wheels" "$image/opt/local-wheels"
-  pip_env=(PIP_FIND_LINKS=/opt/local-wheels)
+  pip_env+=(PIP_FIND_LINKS=/opt/local-wheels)
   echo "== local wheels: $wheels ($(ls "$wheels" | tr '\n' ' '))"
 fi
 
