@@ -5,6 +5,7 @@ a few parts of the full-size twin, each stage measured (wall time, peak memory, 
                                  [--methods libra hdrf] [--build-parts 128] [--results FILE.json]
                                  [--stages fetch verify assign build estimate calibrate]
                                  [--redo STAGE ...] [--calibration CAL.json]
+                                 [--calibrate-with OTHER.jsonl ...]
 
 Every stage runs the ``distgnn`` command a user would run, in a child process (peak RSS from
 wait4; wall time around it; load average before it); its record is appended to ``--results`` as
@@ -24,7 +25,8 @@ it stopped. Stages:
   the built parts are removed (the next step does not need them);
 * ``estimate``: ``distgnn scaling-model estimate-memory --part K`` for the built parts;
 * ``calibrate`` (not run unless named): libra's measured RF(P) into ``--calibration``'s papers
-  law (:func:`calibrate`).
+  law (:func:`calibrate`), from ``--results`` and any ``--calibrate-with`` files of the same
+  scale (another run's P, e.g. P = 2, 4, 8 beside 16..128).
 
 Raw output: ``--results`` (JSON lines); the summary tables are printed.
 """
@@ -99,13 +101,14 @@ class Results:
               f"{record.get('last_line', '')[:160]}", flush=True)
 
 
-def calibrate(results: Results, path: Path, scale: float) -> None:
+def calibrate(results: Results, path: Path, scale: float, others: list[Results] = ()) -> None:
     """Put the RF measured with libra on the twin at ``scale`` into the calibration's papers law
     (docs/scale.md#papers-size): the law refitted on the measured P, the measurements used at
     those P; the law it replaces is kept as ``papers_replication_extrapolated``."""
     from distgnn.scaling.replication import ReplicationLaw, fit_replication
 
-    measured = {int(r["stage"].rsplit("P=", 1)[1]): r for r in results.records.values()
+    records = [r for res in (results, *others) for r in res.records.values()]
+    measured = {int(r["stage"].rsplit("P=", 1)[1]): r for r in records
                 if r["stage"].startswith("assign libra store") and r.get("rc") == 0}
     if len(measured) < 2:
         sys.exit("calibrate: needs libra's RF at two or more P (run the assign stage)")
@@ -120,7 +123,7 @@ def calibrate(results: Results, path: Path, scale: float) -> None:
         old.vertex_balance, old.leaf_in_fraction, old.leaf_out_fraction)
     law.measured = {p: float(measured[p]["rf"]) for p in parts}
     law.measured_on = (f"synth-papers100M --scale {scale:g} (libra, store order; "
-                       f"bench/papers_scale.py, {measured[parts[-1]]['at'][:10]})")
+                       f"bench/papers_scale.py, {max(measured[p]['at'][:10] for p in parts)})")
     cal.setdefault("papers_replication_extrapolated", cal["papers_replication"])
     cal["papers_replication"] = law.to_dict()
     path.write_text(json.dumps(cal, indent=1) + "\n")
@@ -145,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--calibration", type=Path, default=Path("docs/scale-calibration.json"),
                     help="stage calibrate: the calibration whose papers law takes the measured RF")
+    ap.add_argument("--calibrate-with", type=Path, nargs="*", default=[],
+                    help="stage calibrate: other results files (same --scale) whose RF joins --results'")
     args = ap.parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -238,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(folder / f"part_{k}.zarr", ignore_errors=True)
 
     if "calibrate" in args.stages:
-        calibrate(results, args.calibration, args.scale)
+        calibrate(results, args.calibration, args.scale,
+                  [Results(path, [], args.scale) for path in args.calibrate_with])
 
     rows = []
     for r in results.records.values():

@@ -1,0 +1,138 @@
+"""The figures the README and docs/ cite, computed from bench/results and the scaling model.
+
+A page marks a figure it cites with an HTML comment right after the number (and its unit):
+``78.2x<!--fig:model.speedup.cd-5.128-->``. The number is checked against :func:`figure` of the
+key, rounded to the decimals the page prints, by tests/test_doc_figures.py, so a figure that no
+longer matches its source fails the suite instead of going stale.
+
+    python -m bench.figures            every marked figure of the pages: page value, source value
+    python -m bench.figures KEY ...    the source value of each key
+
+Keys (P a number of parts, ALGO cd-0, cd-5 or 0c):
+
+* ``model.speedup.ALGO.P``, ``model.epoch.ALGO.P``: ``distgnn scaling-model predict`` on
+  docs/scale-calibration.json for the papers100M shape (speedup against P = 1, epoch in s);
+* ``papers.fetch.min``, ``papers.fetch.gib``: the full-size twin's fetch (minutes, peak GiB) and
+  ``papers.libra.P.min``, ``papers.libra.P.gib``: libra's assignment at P, from the newest
+  bench/results/papers-scale*.jsonl record of that stage; ``papers.rf.P``: its RF;
+* ``link.ALGO.WIDTH.epoch``, ``link.ALGO.WIDTH.bytes``: bench.link_widths over 400 Mbit/s, epoch
+  and bytes per rank against the same algorithm's float32 run (bench/results/link-widths-*.json).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+#: the pages whose marked figures are checked
+PAGES = ("README.md", "docs/*.md", "bench/README.md")
+#: a number, an optional unit, then the marker
+MARKED = re.compile(r"(-?[0-9][0-9,]*(?:\.[0-9]+)?)\**\s*(?:x|%|s|min|GiB|MB|points)?\**\s*<!--\s*fig:([\w.\-]+)\s*-->")
+
+
+@functools.lru_cache(maxsize=None)
+def _model_rows(parts: int) -> tuple[dict, ...]:
+    proc = subprocess.run([sys.executable, "-m", "distgnn", "scaling-model", "predict", "--calibration",
+                           str(REPO / "docs" / "scale-calibration.json"), "--graph", "ogbn-papers100M",
+                           "--parts", str(parts), "--json"], capture_output=True, text=True, check=True)
+    return tuple(json.loads(proc.stdout))
+
+
+@functools.lru_cache(maxsize=None)
+def _papers_records() -> dict[str, dict]:
+    """The newest record of each stage over bench/results/papers-scale*.jsonl."""
+    newest: dict[str, dict] = {}
+    for path in sorted(RESULTS.glob("papers-scale*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record.get("rc") != 0:
+                continue
+            if record.get("at", "") > newest.get(record["stage"], {}).get("at", ""):
+                newest[record["stage"]] = record
+    return newest
+
+
+@functools.lru_cache(maxsize=None)
+def _link_runs() -> tuple[dict, ...]:
+    newest = sorted(RESULTS.glob("link-widths-*.json"))[-1]
+    return tuple(json.loads(newest.read_text())["runs"])
+
+
+def _link_median(place: str, case: str, field: str) -> float:
+    import statistics
+
+    values = [r[field] for r in _link_runs() if r["place"] == place and r["case"] == case]
+    if not values:
+        raise KeyError(f"no bench.link_widths run {case!r} at {place}")
+    return statistics.median(values)
+
+
+def figure(key: str) -> float:
+    """The source value of a figure key (module docstring); KeyError for an unknown key."""
+    parts = key.split(".")
+    if parts[0] == "model" and len(parts) == 4:
+        _, what, algo, p = parts
+        row = next(r for r in _model_rows(int(p)) if r["algo"] == algo)
+        return {"speedup": row["speedup"], "epoch": row["epoch_s"]}[what]
+    if parts[0] == "papers":
+        records = _papers_records()
+        if parts[1] == "fetch":
+            record = records["fetch"]
+        elif parts[1] in ("libra", "rf"):
+            record = records[f"assign libra store P={parts[2]}"]
+            if parts[1] == "rf":
+                return record["rf"]
+        else:
+            raise KeyError(key)
+        return {"min": record["wall_s"] / 60, "gib": record["peak_bytes"] / 2**30}[parts[-1]]
+    if parts[0] == "link" and len(parts) == 4:
+        _, algo, width, what = parts
+        field = {"epoch": "epoch_s", "bytes": "bytes"}[what]
+        return (_link_median("400mbit", f"{algo} {width}", field)
+                / _link_median("400mbit", f"{algo} fp32", field))
+    raise KeyError(key)
+
+
+def marked_figures(root: Path = REPO) -> list[tuple[str, str, str]]:
+    """(page, number as printed, key) for every marked figure of :data:`PAGES`."""
+    found = []
+    for pattern in PAGES:
+        for page in sorted(root.glob(pattern)):
+            for m in MARKED.finditer(page.read_text()):
+                found.append((str(page.relative_to(root)), m.group(1), m.group(2)))
+    return found
+
+
+def stale(printed: str, key: str) -> str | None:
+    """Why the printed number disagrees with its source (None when it agrees at its decimals)."""
+    try:
+        value = figure(key)
+    except (KeyError, StopIteration):
+        return f"fig:{key} is not a known figure (bench/figures.py)"
+    decimals = len(printed.split(".", 1)[1]) if "." in printed else 0
+    if float(printed.replace(",", "")) != round(value, decimals):
+        return f"fig:{key} reads {printed}, its source gives {value:.{decimals}f} ({value:.4g})"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    keys = sys.argv[1:] if argv is None else argv
+    if keys:
+        for key in keys:
+            print(f"{key}: {figure(key):.4g}")
+        return 0
+    bad = 0
+    for page, printed, key in marked_figures():
+        why = stale(printed, key)
+        bad += why is not None
+        print(f"{page}: {printed} fig:{key}: {why or 'ok'}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
