@@ -4,9 +4,9 @@
 # Redo one stage: snakemake -c2 --forcerun <rule>.   Outputs: docs/design.md#pipeline.
 import sys
 from snakemake.utils import min_version, validate
-from distgnn.models.registry import BUILT_IN, DEFAULT_MODEL
+from distgnn.models.registry import BUILT_IN, DEFAULT_MODEL, run_prefix
 from distgnn.vocabulary import ALGO_PATTERN  # the one grammar of names
-from distgnn.workflow_config import registry_mismatch_in, unknown_dataset, unknown_key_in
+from distgnn.workflow_config import registry_mismatch_in, unknown_dataset, unknown_key_in, unknown_model
 
 min_version("9.0")   # as pyproject.toml asks (snakemake>=9)
 
@@ -14,10 +14,10 @@ min_version("9.0")   # as pyproject.toml asks (snakemake>=9)
 configfile: "config/config.yaml"
 
 
-# A typo in a key (epoch: for epochs:) or a dataset name in one line, before validate() dumps
+# A typo in a key (epoch: for epochs:), a dataset or a model name in one line, before validate() dumps
 # schema and config, and before a fetch job would fail with the cause only in its log.
 unknown_key = unknown_key_in(config, f"{workflow.basedir}/workflow/schemas/config.schema.yaml") \
-    or unknown_dataset(config)
+    or unknown_dataset(config) or unknown_model(config)
 if unknown_key:
     print(f"Error in the config: {unknown_key}", file=sys.stderr)
     sys.exit(1)
@@ -34,7 +34,8 @@ wildcard_constraints:
     method=r"[a-z]+",
     P=r"[1-9][0-9]*",
     k=r"[0-9]+",
-    algo=rf"(?:(?:{'|'.join(m for m in BUILT_IN if m != DEFAULT_MODEL)})-)?(?:{ALGO_PATTERN})(?:-root|-replicas)?",  # run folder: [model-]algorithm[-apply]
+    # run folder: [model-]algorithm[-apply], the model a built-in one or the config's own class
+    algo=rf"(?:{'|'.join(sorted({run_prefix(m) for m in (*BUILT_IN, config['train'].get('model', DEFAULT_MODEL))} - {''}))})?(?:{ALGO_PATTERN})(?:-root|-replicas)?",
 
 
 # train only submits (submitit) and waits: it never becomes a Slurm job itself.

@@ -33,6 +33,13 @@ write_conf() {
   node_line=$(slurmd -C | grep '^NodeName=')
   mem=$(sed -n 's/.*RealMemory=\([0-9]*\).*/\1/p' <<<"$node_line")
   node_line=$(sed "s/RealMemory=[0-9]*/RealMemory=$((mem * 95 / 100))/" <<<"$node_line")
+  # Each CPU is described as a socket of one core (SlurmdParameters=config_overrides keeps slurmd
+  # from draining the node for it): presets that place one rank per socket (ranks_per_node:
+  # socket, the slurm preset's default) then put a rank on each CPU of this one node, as tests of
+  # P ranks on a one-node Slurm need. A real cluster's nodes report their own sockets.
+  local cpus
+  cpus=$(sed -n 's/.*CPUs=\([0-9]*\).*/\1/p' <<<"$node_line")
+  node_line=$(sed -E "s/Boards=[0-9]+ //; s/SocketsPerBoard=[0-9]+/Sockets=$cpus/; s/CoresPerSocket=[0-9]+/CoresPerSocket=1/; s/ThreadsPerCore=[0-9]+/ThreadsPerCore=1/" <<<"$node_line")
   $SUDO mkdir -p "$CONF_DIR" /var/spool/slurmctld /var/spool/slurmd /var/log/slurm
   $SUDO tee "$CONF.tmp" >/dev/null <<EOF
 # Written by cluster/local-slurm.sh: a one-node test cluster (no systemd, no cgroups, no accounting).
@@ -40,6 +47,7 @@ ClusterName=distgnn-local
 SlurmctldHost=$host
 $(slurm_common_conf)
 TaskPlugin=task/affinity
+SlurmdParameters=config_overrides
 StateSaveLocation=/var/spool/slurmctld
 SlurmdSpoolDir=/var/spool/slurmd
 SlurmctldPidFile=$CTLD_PID

@@ -51,14 +51,20 @@ def registry_mismatch(schema: dict[str, Any]) -> str | None:
     first key whose ``enum`` differs from the built-in names, or None. The Snakefile runs it at
     load; a test runs it on the shipped schema."""
     from distgnn.exchange.rules import BUILT_IN as RULES
-    from distgnn.models.registry import BUILT_IN as MODELS
+    from distgnn.models.registry import BUILT_IN as MODELS, IMPORT_PATH
 
     train = schema.get("properties", {}).get("train", {}).get("properties", {})
     for key, names in (("model", MODELS), ("cdr_rule", RULES)):
-        enum = tuple(train.get(key, {}).get("enum", ()))
+        entry = train.get(key, {})
+        # model: a built-in name (the enum) or a user's import path (the other branch of anyOf)
+        enum = tuple(next((b["enum"] for b in entry.get("anyOf", []) if "enum" in b), entry.get("enum", ())))
         if sorted(enum) != sorted(names):
             return (f"the config schema's train.{key} lists {', '.join(enum)}; distgnn registers "
                     f"{', '.join(names)} (edit workflow/schemas/config.schema.yaml)")
+    pattern = next((b.get("pattern") for b in train.get("model", {}).get("anyOf", []) if "pattern" in b), None)
+    if pattern != IMPORT_PATH.pattern:
+        return (f"the config schema's train.model takes import paths matching {pattern!r}; distgnn "
+                f"takes {IMPORT_PATH.pattern!r} (edit workflow/schemas/config.schema.yaml)")
     return None
 
 
@@ -66,6 +72,18 @@ def registry_mismatch_in(schema_path: str | os.PathLike) -> str | None:
     """:func:`registry_mismatch` of the schema file at ``schema_path``."""
     with open(schema_path) as f:
         return registry_mismatch(yaml.safe_load(f))
+
+
+def unknown_model(config: dict[str, Any]) -> str | None:
+    """One line when ``train.model`` is neither a built-in model nor a class's import path
+    (``package.module:Class``), or None; the class itself is imported by the train job."""
+    from distgnn.models.registry import BUILT_IN, is_import_path
+
+    model = (config.get("train") or {}).get("model")
+    if model is None or (isinstance(model, str) and (model in BUILT_IN or is_import_path(model))):
+        return None
+    return (f"train.model {model!r}: expected one of {', '.join(BUILT_IN)} or a model class's import "
+            f"path package.module:Class (docs/design.md#own-model)")
 
 
 def unknown_dataset(config: dict[str, Any]) -> str | None:

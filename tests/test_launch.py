@@ -135,7 +135,10 @@ def test_launch_slurm_ranks(local_slurm, tmp_path):
     records = json.loads(out.read_text())
     assert [r["rank"] for r in records] == [0, 1] and records[0]["sum"] == 1
     assert {r["slurm_job_id"] for r in records} == {result.job_id}
-    assert {r["omp_num_threads"] for r in records} == {str(preset["cpus_per_task"])}
+    from distgnn.launch.placement import socket_layout
+
+    # the preset's cpus_per_task: socket, the cores of one of the local Slurm's sockets
+    assert {r["omp_num_threads"] for r in records} == {str(socket_layout(None)[1])}
     # --cpu-bind=cores: each rank pinned to its own core(s).
     assert not set(records[0]["affinity"]) & set(records[1]["affinity"])
     script = (result.folder / f"{result.job_id}_submission.sh").read_text()

@@ -21,9 +21,11 @@ PRESETS = REPO / "cluster" / "submitit.yaml"
 
 
 def stand_ins(folder: Path, **scripts: str) -> dict[str, str]:
-    """Executables ``name`` -> shell body under ``folder``, first on PATH (the env to run with)."""
+    """Executables ``name`` -> shell body under ``folder``, first on PATH (the env to run with);
+    an ``srun`` that does nothing unless given (submitit looks for one before it submits, and a
+    machine without Slurm has none)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, body in scripts.items():
+    for name, body in {"srun": "exit 0", **scripts}.items():
         path = folder / name
         path.write_text(f"#!/bin/sh\n{body}\n")
         path.chmod(0o755)
@@ -43,17 +45,38 @@ def four_parts(tmp_path_factory) -> Path:
 
 
 def test_sbatch_refusing_is_its_own_words_and_leaves_nothing(four_parts, tmp_path) -> None:
-    env = stand_ins(tmp_path / "bin",
-                    sinfo="echo 'slurm_load_partitions: Unable to contact slurm controller (connect failure)' >&2; exit 1",
+    unreachable = "echo 'slurm_load_partitions: Unable to contact slurm controller (connect failure)' >&2; exit 1"
+    env = stand_ins(tmp_path / "bin", sinfo=unreachable,
                     sbatch="echo 'sbatch: error: Batch job submission failed: Unable to contact slurm "
                            "controller (connect failure)' >&2; exit 1")
     logs, before = tmp_path / "logs", digest(four_parts)
-    proc = run_cli("launch", four_parts, "--executor", "slurm", "--epochs", "1", "--log-dir", logs,
-                   "--quiet", cwd=tmp_path, env=env)
+    # the nodes' layout given by the site keys, so the launch gets as far as sbatch
+    presets = tmp_path / "presets.yaml"
+    presets.write_text((REPO / "cluster" / "submitit.yaml").read_text()
+                       + "site:\n  ranks_per_node: socket\n  cpus_per_task: socket\n"
+                         "  sockets_per_node: 2\n  cores_per_socket: 1\n")
+    proc = run_cli("launch", four_parts, "--executor", "slurm", "--preset", "site", "--presets", presets,
+                   "--epochs", "1", "--log-dir", logs, "--quiet", cwd=tmp_path, env=env)
     one_line(proc, "Slurm refused the job: sbatch: error: Batch job submission failed: Unable to "
                    "contact slurm controller", "nothing was submitted")
     assert not any(p.is_file() for p in logs.rglob("*")), sorted(logs.rglob("*"))
+    # the slurm preset asks sinfo for the layout first: its words, nothing submitted
+    proc = run_cli("launch", four_parts, "--executor", "slurm", "--epochs", "1", "--log-dir", logs,
+                   "--quiet", cwd=tmp_path, env=env)
+    one_line(proc, "sinfo cannot say", "Unable to contact slurm controller", "sockets_per_node")
+    assert not any(p.is_file() for p in logs.rglob("*")), sorted(logs.rglob("*"))
     assert digest(four_parts) == before
+
+
+def test_no_slurm_client_is_one_line_not_submitits_traceback(tmp_path, monkeypatch) -> None:
+    from distgnn.errors import DistgnnError
+    from distgnn.launch import submit
+
+    real_which = submit.shutil.which
+    monkeypatch.setattr(submit.shutil, "which", lambda name: None if name == "srun" else real_which(name))
+    with pytest.raises(DistgnnError, match="no srun on PATH: .* --executor local"):
+        submit.launch(["true"], 2, "slurm", {"ranks_per_node": 2, "cpus_per_task": 1}, tmp_path / "logs")
+    assert not (tmp_path / "logs").exists()
 
 
 def test_a_job_larger_than_its_partition_is_refused_before_submitting(four_parts, tmp_path) -> None:
@@ -96,14 +119,17 @@ def test_a_pending_job_ends_with_slurms_reason(tmp_path) -> None:
 
 @pytest.mark.slurm
 def test_the_local_slurm_refuses_a_job_wider_than_its_node(local_slurm, four_parts, tmp_path) -> None:
-    from distgnn.launch.placement import partition_nodes
+    from distgnn.launch.placement import partition_nodes, socket_layout
 
     _, cpus = partition_nodes(None)
-    wide = max(cpus.values()) + 1     # ranks on one node, one CPU each: one more than it has
+    sockets, cores = socket_layout(None)
+    # the slurm preset puts a rank on each socket: one node more than the partition has
+    wide = sockets * (len(cpus) + 1)
     parts = partitioned_twin(tmp_path, wide)[1] if wide != 4 else four_parts
     proc = run_cli("launch", parts, "--executor", "slurm", "--epochs", "1", "--log-dir",
                    tmp_path / "logs", "--quiet", cwd=tmp_path)
-    one_line(proc, "cannot place the job", f"1 node of {wide} ranks x 1 CPU", "nothing was submitted")
+    one_line(proc, "cannot place the job", f"{len(cpus) + 1} nodes of {sockets} rank",
+             f"x {cores} CPU", "nothing was submitted")
 
 
 def test_error_line_prefers_distgnns_verdict_and_never_quotes_submitits_log() -> None:
@@ -166,3 +192,40 @@ def test_the_local_slurm_gets_the_estimates_memory(local_slurm, tmp_path) -> Non
     job = next(p.name for p in logs.iterdir() if p.name.isdigit())
     shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
     assert re.search(rf"\bMinMemoryNode={asked.group(1)}G\b", shown), shown
+    # the preset's socket layout, from the local Slurm's sinfo (each CPU a socket of one core)
+    assert re.search(r"\bNumNodes=1\b", shown) and re.search(r"\bNumTasks=2\b", shown), shown
+    assert re.search(r"\bCPUs/Task=1\b", shown), shown
+
+
+def test_socket_presets_take_the_nodes_layout_from_the_site_keys_or_sinfo(tmp_path, monkeypatch) -> None:
+    """``ranks_per_node: socket`` / ``cpus_per_task: socket`` (the slurm preset's default): one rank
+    per socket with a thread per core, from the site keys where given, else sinfo's smallest node
+    of the partition; neither is one line naming the keys."""
+    from distgnn.errors import DistgnnError
+    from distgnn.launch.placement import resolve_sockets
+    from distgnn.launch.submit import slurm_parameters
+
+    socket = {"ranks_per_node": "socket", "cpus_per_task": "socket"}
+    env = stand_ins(tmp_path / "bin", sinfo="case \"$*\" in *%X*) printf 'cpu*|a|2|28\\ncpu*|b|2|24\\nbig|c|4|32\\n';; "
+                                            "*) printf 'cpu*|a|56\\ncpu*|b|48\\nbig|c|128\\n';; esac")
+    monkeypatch.setenv("PATH", env["PATH"])
+    resolved = resolve_sockets(socket, "slurm")
+    assert (resolved["ranks_per_node"], resolved["cpus_per_task"]) == (2, 24)   # node b is the smaller
+    params = slurm_parameters(resolved, 8, "job")
+    assert (params["nodes"], params["tasks_per_node"], params["cpus_per_task"]) == (4, 2, 24)
+    assert "export OMP_NUM_THREADS=24" in params["slurm_setup"]
+    big = resolve_sockets({**socket, "slurm_partition": "big"}, "slurm")
+    assert (big["ranks_per_node"], big["cpus_per_task"]) == (4, 32)
+    site = resolve_sockets({**socket, "sockets_per_node": 1, "cores_per_socket": 8}, "slurm")
+    assert (site["ranks_per_node"], site["cpus_per_task"]) == (1, 8)
+    assert resolve_sockets({"ranks_per_node": 3, "cpus_per_task": 5}, "x") == {"ranks_per_node": 3, "cpus_per_task": 5}
+    stand_ins(tmp_path / "bin", sinfo="echo 'sinfo: error: Unable to contact slurm controller' >&2; exit 1")
+    with pytest.raises(DistgnnError, match="set the site keys sockets_per_node and cores_per_socket"):
+        resolve_sockets(socket, "slurm")
+
+
+def test_the_slurm_preset_places_one_rank_per_socket_by_default() -> None:
+    from distgnn.launch import load_preset
+
+    preset = load_preset("slurm", PRESETS)
+    assert preset["ranks_per_node"] == "socket" and preset["cpus_per_task"] == "socket"

@@ -286,7 +286,8 @@ def test_mem_gb_auto_asks_for_the_estimate_plus_the_margin_and_refuses_past_the_
     (bin_dir / "sinfo").write_text("#!/bin/sh\nprintf 'debug*|n1|64\\n'\n")
     (bin_dir / "sbatch").write_text(f"#!/bin/sh\ncp \"$1\" {tmp_path}/script.sh\n"
                                     "echo 'sbatch: error: stand-in' >&2; exit 1\n")
-    for tool in ("sinfo", "sbatch"):
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")   # submitit looks for srun before it submits
+    for tool in ("sinfo", "sbatch", "srun"):
         (bin_dir / tool).chmod(0o755)
     env = {"PATH": f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     shape = ["--algo", "cd-0", "--layers", "2", "--hidden", "64"]

@@ -204,6 +204,17 @@ def test_model_names_the_run_folders_and_reaches_the_train_command(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "/gat-cd-0/summary.json" in proc.stdout and "--model gat" in proc.stdout
     assert "--heads 4" in proc.stdout
+    # a user's class by import path (docs/design.md#own-model): <Class>-<algo> folders, predicted too
+    config = tiny(train={"algos": ["cd-0"], "model": "examples.custom_layer:GatedSAGE"})
+    config["predict"] = {"enabled": True}
+    proc = snakemake("-n", "-p", cwd=workdir(tmp_path / "own", config))
+    assert proc.returncode == 0, proc.stderr
+    assert "/GatedSAGE-cd-0/summary.json" in proc.stdout and "/GatedSAGE-cd-0/predictions.zarr" in proc.stdout
+    assert "--model examples.custom_layer:GatedSAGE" in proc.stdout
+    config = tiny(train={"algos": ["cd-0"], "model": "examples.custom_layer"})  # no :Class
+    proc = snakemake("-n", "-p", cwd=workdir(tmp_path / "bad", config))
+    assert proc.returncode != 0 and "train.model 'examples.custom_layer': expected" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr  # one line, no schema dump
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from distgnn.commands.train import add_train_options
 from distgnn.errors import DistgnnError
 from distgnn.progress import is_quiet
 from distgnn.launch import launch, load_preset, num_parts
+from distgnn.launch.placement import resolve_sockets
 from distgnn.launch.submit import EXECUTORS, local_threads
 
 
@@ -179,6 +180,8 @@ def run(args: argparse.Namespace) -> int:
     check_config(config_from_args(args))  # refuse bad options before anything is submitted
     ranks = num_parts(args.partdir)
     preset = load_preset(args.preset or args.executor, args.presets)
+    if args.executor == "slurm":  # one rank per socket where the preset says socket
+        preset = resolve_sockets(preset, args.preset or args.executor)
     if args.stage is None and preset.get("stage_dir"):
         args.stage = preset["stage_dir"]
     if args.threads is not None:

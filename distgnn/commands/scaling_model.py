@@ -39,8 +39,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--edges", type=int)
     pr.add_argument("--feat", type=int)
     pr.add_argument("--classes", type=int)
-    pr.add_argument("--model", choices=registry.names(), default=registry.DEFAULT_MODEL,
-                    help="as distgnn train --model: its widths and dense work (default: %(default)s)")
+    pr.add_argument("--model", default=registry.DEFAULT_MODEL, metavar="MODEL",
+                    help=f"as distgnn train --model ({', '.join(registry.names())}, or a class's import path "
+                         f"package.module:Class, costed as the default model): its widths and dense "
+                         f"work (default: %(default)s)")
     pr.add_argument("--layers", type=int, default=3)
     pr.add_argument("--hidden", type=int, default=256)
     pr.add_argument("--no-input-cache", action="store_true",
@@ -78,8 +80,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.set_defaults(func=run_predict)
     me = verbs.add_parser("estimate-memory", help="per-rank memory estimate of a run")
     me.add_argument("partdir")
-    me.add_argument("--model", choices=registry.names(), default=registry.DEFAULT_MODEL,
-                    help="as distgnn train --model (default: %(default)s)")
+    me.add_argument("--model", default=registry.DEFAULT_MODEL, metavar="MODEL",
+                    help=f"as distgnn train --model ({', '.join(registry.names())}, or a class's import path "
+                         f"package.module:Class, estimated as the default model; default: %(default)s)")
     me.add_argument("--layers", type=int, default=3)
     me.add_argument("--hidden", type=int, default=256)
     me.add_argument("--algo", default="cd-0")

@@ -25,9 +25,10 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                         "cd-<r> distgnn's variant that keeps the last delivered remote part between "
                         "deliveries (docs/design.md#algorithms; default: %(default)s)")
     p.add_argument("--epochs", type=int, default=d.epochs, help="default: %(default)s")
-    p.add_argument("--model", choices=registry.names(), default=d.model,
+    p.add_argument("--model", default=d.model, metavar="MODEL",
                    help="; ".join(f"{name}: {registry.spec(name).summary}" for name in registry.names())
-                        + " (docs/design.md#models; default: %(default)s)")
+                        + "; or your own model class by import path, package.module:Class "
+                          "(docs/design.md#own-model; docs/design.md#models; default: %(default)s)")
     for option in registry.all_options().values():  # the models' own (distgnn/models/registry.py)
         p.add_argument(option.flag, type=type(option.default), choices=option.choices, default=None,
                        help=f"{option.help} (--model {' and '.join(registry.takers(option.name))} "

@@ -12,6 +12,11 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
+from distgnn.errors import DistgnnError
+
+#: ``ranks_per_node`` / ``cpus_per_task`` value meaning one rank per socket, a thread per core
+SOCKET = "socket"
+
 #: squeue reasons of a pending job that waiting will not clear: the job asks for what the
 #: partition, its account or its QOS cannot give (squeue(1), "JOB REASON CODES")
 NEVER_PLACED = {"PartitionNodeLimit", "PartitionConfig", "PartitionTimeLimit", "BadConstraints",
@@ -56,6 +61,64 @@ def partition_nodes(partition: str | None) -> tuple[str, dict[str, int]] | None:
     if name is None or name not in found:
         return (partition, {}) if partition else None
     return name, found[name]
+
+
+def socket_layout(partition: str | None) -> tuple[int, int] | None:
+    """(sockets per node, cores per socket) of a partition's nodes as ``sinfo`` reports them (the
+    smallest over its nodes, so every node can take the job); None when sinfo cannot be asked or
+    lists no node of the partition."""
+    return _socket_layout(partition)[0]
+
+
+def _socket_layout(partition: str | None) -> tuple[tuple[int, int] | None, str]:
+    """:func:`socket_layout` and, where it is None, why (sinfo's last line, or what was missing)."""
+    command = ["sinfo", "-h", "-N", "-o", "%P|%N|%X|%Y"] + (["-p", partition] if partition else [])
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"sinfo: {exc}"
+    if proc.returncode != 0:
+        words = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        return None, words[-1] if words else f"sinfo exited with {proc.returncode}"
+    layouts: dict[str, list[tuple[int, int]]] = {}
+    default = None
+    for line in proc.stdout.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) != 4 or not (fields[2].isdigit() and fields[3].isdigit()):
+            continue
+        name = fields[0].rstrip("*")
+        if fields[0].endswith("*"):
+            default = name
+        layouts.setdefault(name, []).append((int(fields[2]), int(fields[3])))
+    found = layouts.get(partition or default or "")
+    if not found:
+        return None, f"sinfo lists no node of partition {partition or '(default)'}"
+    return (min(s for s, _ in found), min(c for _, c in found)), ""
+
+
+def resolve_sockets(preset: dict, preset_name: str) -> dict:
+    """``preset`` with ``ranks_per_node: socket`` and ``cpus_per_task: socket`` made numbers: one
+    rank per socket, as many threads as a socket has cores (docs/design.md#job-shape). The site
+    keys ``sockets_per_node`` and ``cores_per_socket`` say so where given, else ``sinfo`` of the
+    preset's partition; neither: one line naming the keys."""
+    wanted = [k for k in ("ranks_per_node", "cpus_per_task") if preset.get(k) == SOCKET]
+    if not wanted:
+        return preset
+    sockets, cores = preset.get("sockets_per_node"), preset.get("cores_per_socket")
+    if sockets is None or cores is None:
+        asked, why = _socket_layout(preset.get("slurm_partition"))
+        if asked is None:
+            raise DistgnnError(
+                f"preset {preset_name!r}: {' and '.join(f'{k}: socket' for k in wanted)} needs the "
+                f"nodes' sockets and cores, and sinfo cannot say ({why}): set the site keys "
+                f"sockets_per_node and cores_per_socket; nothing was submitted")
+        sockets, cores = sockets if sockets is not None else asked[0], cores if cores is not None else asked[1]
+    resolved = dict(preset)
+    if "ranks_per_node" in wanted:
+        resolved["ranks_per_node"] = int(sockets)
+    if "cpus_per_task" in wanted:
+        resolved["cpus_per_task"] = int(cores)
+    return resolved
 
 
 def placement_problem(shape: Shape, partition: str | None) -> str | None:

@@ -7,13 +7,14 @@ from typing import Any
 from distgnn.errors import DistgnnError
 
 #: Keys a preset may set. ``ranks_per_node``, ``grace_s``, ``pending_timeout_min``, ``stage_dir``,
-#: ``srun_mpi``, ``srun_cpu_bind``, ``mem_margin`` and ``mem_gb_max`` are ours (and ``mem_gb: auto``);
+#: ``srun_mpi``, ``srun_cpu_bind``, ``mem_margin``, ``mem_gb_max``, ``sockets_per_node`` and
+#: ``cores_per_socket`` are ours (and ``mem_gb: auto``, ``ranks_per_node`` / ``cpus_per_task: socket``);
 #: the others are submitit's AutoExecutor parameters (``slurm_*`` ones only reach Slurm).
 PRESET_KEYS = {
     "ranks_per_node", "cpus_per_task", "mem_gb", "timeout_min", "slurm_partition", "slurm_account",
     "slurm_qos", "slurm_constraint", "slurm_signal_delay_s", "slurm_additional_parameters",
     "slurm_setup", "slurm_srun_args", "grace_s", "pending_timeout_min", "stage_dir", "srun_mpi",
-    "srun_cpu_bind", "mem_margin", "mem_gb_max",
+    "srun_cpu_bind", "mem_margin", "mem_gb_max", "sockets_per_node", "cores_per_socket",
 }
 #: ``mem_margin`` when a preset with ``mem_gb: auto`` gives none: the request is the estimate x 1.25
 DEFAULT_MEM_MARGIN = 0.25
@@ -47,6 +48,14 @@ def load_preset(name: str, path: str | Path | None = None) -> dict[str, Any]:
     if unknown:
         raise DistgnnError(f"{path}: preset {name!r} has unknown keys {unknown} "
                            f"(allowed: {', '.join(sorted(PRESET_KEYS))})")
+    for key in ("ranks_per_node", "cpus_per_task", "sockets_per_node", "cores_per_socket"):
+        value = preset.get(key)
+        socket_ok = key in ("ranks_per_node", "cpus_per_task")
+        if value is None or (socket_ok and value == "socket"):
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise DistgnnError(f"{path}: preset {name!r}: {key} must be an integer >= 1"
+                               f"{', socket' if socket_ok else ''} or null, got {value!r}")
     for key, allowed, auto in (("mem_gb", "a number > 0, auto or null", True),
                                ("mem_gb_max", "a number > 0 or null", False),
                                ("mem_margin", "a number >= 0 or null", False)):

@@ -5,6 +5,7 @@ import contextlib
 import io
 import math
 import os
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import submitit
 
 from distgnn.errors import DistgnnError
-from distgnn.launch.placement import Shape, pending_reason, placement_problem
+from distgnn.launch.placement import Shape, pending_reason, placement_problem, resolve_sockets
 from distgnn.launch.tasks import MpiexecTask, RankTask
 from distgnn.launch.watch import JobFailed, LogFollower, squeue_state, wait_for_tasks
 
@@ -75,8 +76,9 @@ def slurm_parameters(preset: dict[str, Any], ranks: int, job_name: str) -> dict[
 
 
 def local_threads(preset: dict[str, Any], ranks: int) -> int:
-    """Threads per rank of a local run: the preset's cpus_per_task, else the cores shared out."""
-    if preset.get("cpus_per_task"):
+    """Threads per rank of a local run: the preset's cpus_per_task, else (unset, or ``socket``,
+    which only a Slurm job resolves) the cores shared out."""
+    if isinstance(preset.get("cpus_per_task"), int):
         return int(preset["cpus_per_task"])
     return max(1, (os.cpu_count() or 1) // ranks)
 
@@ -120,11 +122,15 @@ def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], f
     grace = float(grace_s if grace_s is not None else preset.get("grace_s", 30))
     pending: dict[str, Any] = {}
     if executor == "slurm":
+        preset = resolve_sockets(preset, job_name)
         params = slurm_parameters(preset, ranks, job_name)
         problem = placement_problem(Shape(params["nodes"], params["tasks_per_node"],
                                           params["cpus_per_task"]), preset.get("slurm_partition"))
         if problem:
             raise DistgnnError(f"{problem}; nothing was submitted")
+        if shutil.which("srun") is None:  # submitit would raise its own RuntimeError
+            raise DistgnnError("no srun on PATH: this machine has no Slurm client (install Slurm's "
+                               "client tools, or run here with --executor local); nothing was submitted")
         ex = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
         ex.update_parameters(**params)
         threads = int(preset.get("cpus_per_task", 1))

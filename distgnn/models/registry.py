@@ -34,6 +34,8 @@ from distgnn.vocabulary import AGGREGATORS, CUSTOM_PREFIX, NORMS, parse_algorith
 Widths = list[tuple[int, int, int]]
 #: a registered name: lower case, no ``-`` (run folders are ``<model>-<algo>``) and no ``:``
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+#: a user's model class by import path: ``package.module:Class``
+IMPORT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -185,27 +187,88 @@ def names() -> tuple[str, ...]:
     return tuple(_SPECS)
 
 
+def is_import_path(name: str) -> bool:
+    """Whether ``name`` names a user's model class by import path (``package.module:Class``)."""
+    return bool(IMPORT_PATH.match(name)) and not name.startswith(CUSTOM_PREFIX)
+
+
 def spec(name: str) -> ModelSpec:
-    """The spec registered as ``name``; anything else is refused in one line."""
+    """The spec registered as ``name``, or that of a user's class named by import path
+    (:func:`imported_spec`); anything else is refused in one line."""
     try:
         return _SPECS[name]
     except KeyError:
-        raise DistgnnError(f"--model must be one of {', '.join(_SPECS)}, got {name!r}") from None
+        pass
+    if is_import_path(name):
+        return imported_spec(name)
+    raise DistgnnError(f"--model must be one of {', '.join(_SPECS)} or a class's import path "
+                       f"package.module:Class, got {name!r}")
+
+
+_IMPORTED: dict[str, ModelSpec] = {}
+
+
+def imported_spec(path: str) -> ModelSpec:
+    """The spec of a user's model class named ``package.module:Class`` (docs/design.md#own-model):
+    built as ``Class(in_dim, hidden, classes)`` plus ``layers=`` and ``dropout=`` where its
+    constructor takes them; its ``norm`` attribute says what its aggregate computes. distgnn does
+    not know its shape: the memory estimate and the scaling model take the default model's. The
+    module is imported here, so it must be importable where every rank runs (installed, or on
+    ``PYTHONPATH``)."""
+    if path in _IMPORTED:
+        return _IMPORTED[path]
+    module, _, attribute = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise DistgnnError(f"--model {path}: cannot import {attribute} from {module} ({exc}); the "
+                           f"module must be importable on every rank (installed, or on PYTHONPATH)") from None
+    norm = getattr(cls, "norm", None)
+    if not isinstance(cls, type) or norm not in NORMS:
+        raise DistgnnError(f"--model {path}: expected a torch module class with a norm attribute "
+                           f"({', '.join(NORMS)}; docs/design.md#own-model), got {norm!r}")
+    _IMPORTED[path] = ModelSpec(
+        name=path, summary=f"{attribute} from {module}", builder=_constructor(cls), norm=norm,
+        input_cache=bool(getattr(cls, "takes_input_aggregate", False)),
+        attention=bool(getattr(cls, "uses_attention", False)), recomputes=False)
+    return _IMPORTED[path]
+
+
+def _constructor(cls: type) -> Callable[..., Any]:
+    """``builder(in_dim, hidden, out_dim, layers, dropout=...)`` for a user's class, passing
+    ``layers`` and ``dropout`` only where its constructor takes them."""
+    import inspect
+
+    accepted = inspect.signature(cls).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+
+    def build(in_dim: int, hidden: int, out_dim: int, layers: int, dropout: float = 0.5, **_: Any) -> Any:
+        extra = {k: v for k, v in (("layers", layers), ("dropout", dropout)) if takes_any or k in accepted}
+        return cls(in_dim, hidden, out_dim, **extra)
+
+    return build
 
 
 def shape_spec(name: str) -> ModelSpec:
     """The spec whose shape stands for ``name``: its own, or the default model's (GraphSAGE) for a
     user's ``custom:<class>`` module, whose shape distgnn does not know."""
-    return spec(DEFAULT_MODEL if name.startswith(CUSTOM_PREFIX) else name)
+    return spec(DEFAULT_MODEL if name.startswith(CUSTOM_PREFIX) or is_import_path(name) else name)
+
+
+def run_prefix(model: str | None) -> str:
+    """What a run folder's name starts with for ``model``: nothing for the default model, else its
+    name and ``-`` (a user's class, ``custom:Net`` or ``package.module:Net``: ``Net-``)."""
+    return "" if model in (None, DEFAULT_MODEL) else f"{model.split(':')[-1]}-"
 
 
 def run_name(algo: str, apply: str = "auto", model: str | None = None) -> str:
     """Run folder name: the algorithm, plus ``-<apply>`` when ``--apply`` resolves to another mode
     than the algorithm's default (so runs of both modes coexist: ``cd-0``, ``cd-0-replicas``;
     ``--apply root`` for cd-0 is the default computation and shares ``cd-0``), after ``<model>-``
-    for a model other than the default (``gcn-cd-0``; a user's model ``custom:Net``: ``Net-cd-0``).
+    for a model other than the default (``gcn-cd-0``; a user's model ``custom:Net`` or
+    ``package.module:Net``: ``Net-cd-0``).
     ``model`` None: the default model."""
-    prefix = "" if model in (None, DEFAULT_MODEL) else f"{model.split(':')[-1]}-"
+    prefix = run_prefix(model)
     try:
         default = resolve_apply("auto", parse_algorithm(algo))
         resolved = resolve_apply(apply, parse_algorithm(algo))

@@ -90,8 +90,10 @@ def predict(run_dir: str | os.PathLike, out: str | os.PathLike | None = None, la
     summary = read_run(run_dir)
     model = str(summary["hyperparameters"].get("model", FIRST_MODEL))
     if model.startswith(CUSTOM_PREFIX):
-        raise CollectiveError(f"{run_dir}: trained a user's model ({model[len(CUSTOM_PREFIX):]}); distgnn predict "
-                              f"rebuilds the built-in models only (load model.pt into the module)")
+        raise CollectiveError(f"{run_dir}: trained a user's module from Python ({model[len(CUSTOM_PREFIX):]}), "
+                              f"which distgnn predict cannot rebuild: load model.pt into the module, or "
+                              f"train it with --model package.module:{model[len(CUSTOM_PREFIX):]} "
+                              f"(docs/design.md#own-model)")
     target = Path(out) if out else run_dir / PREDICTIONS
     agreed(comm, lambda: check_predictions_target(target) if comm.rank == 0 else None)
     config = predict_config(summary, threads)

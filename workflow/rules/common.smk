@@ -5,7 +5,7 @@ from distgnn.partition.layout import LAYOUT_VERSION
 from distgnn.partition.vertex_order import DEFAULT_VERTEX_ORDER
 from distgnn.errors import DistgnnError
 from distgnn.models.registry import spec as model_spec
-from distgnn.models.registry import DEFAULT_MODEL, run_name
+from distgnn.models.registry import DEFAULT_MODEL, run_name, run_prefix
 from distgnn.vocabulary import MESSAGE_BITS, parse_algorithm, resolve_apply
 from snakemake.exceptions import WorkflowError
 
@@ -118,9 +118,9 @@ def run_files(store, method, P, algo):
 def algo_of_run(wildcards):
     """The algorithm of a run folder name (its <model>- prefix and -root / -replicas suffix removed)."""
     name = wildcards.algo
-    model = config["train"].get("model", DEFAULT_MODEL)
-    if model != DEFAULT_MODEL and name.startswith(f"{model}-"):
-        name = name[len(model) + 1:]
+    prefix = run_prefix(config["train"].get("model", DEFAULT_MODEL))
+    if prefix and name.startswith(prefix):
+        name = name[len(prefix):]
     for suffix in ("-root", "-replicas"):
         if name.endswith(suffix):
             return name[: -len(suffix)]
