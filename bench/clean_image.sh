@@ -50,7 +50,11 @@ mount -t proc proc "$image/proc"
 mounted+=("$image/proc")
 bind /sys "$image/sys"
 bind /dev "$image/dev"
+# What any installed machine has and debootstrap leaves out: its own name resolving (Slurm looks
+# its host up), and a resolver.
 cp /etc/resolv.conf "$image/etc/resolv.conf"
+hostname > "$image/etc/hostname"
+printf '127.0.0.1 localhost\n127.0.1.1 %s\n' "$(hostname)" > "$image/etc/hosts"
 # This workplace reaches PyPI through a TLS-intercepting proxy: its CA goes in as pip's PIP_CERT,
 # as at any site behind such a proxy (nothing else of the host's set-up enters the image).
 cp /etc/ssl/certs/ca-certificates.crt "$image/opt/site-ca.crt"

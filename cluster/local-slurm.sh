@@ -28,6 +28,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 write_conf() {
   local host node_line mem
   host=$(hostname -s)
+  # slurmctld and slurmd look this name up; unresolved, they retry for minutes and sinfo waits
+  getent hosts "$host" >/dev/null \
+    || { log "this machine's name '$host' does not resolve: add it to /etc/hosts (127.0.1.1 $host)"; exit 1; }
   # slurmd -C prints this machine's NodeName line; keep ~95% of its RealMemory so that
   # slurmd's own check (configured memory <= real memory) never drains the node.
   node_line=$(slurmd -C | grep '^NodeName=')
