@@ -37,6 +37,8 @@ echo "== image: Debian $(cat "$image/etc/debian_version"), python3 $(chroot "$im
 mounted=()
 cleanup() {
   local i
+  # what the run mounted inside (ip netns's /run/netns) first, then ours in reverse order
+  grep -o " $image/[^ ]*" /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[i]}" 2>/dev/null || true; done
 }
 trap cleanup EXIT
@@ -46,6 +48,10 @@ bind() {  # bind SRC DEST: recursive bind, unmounted on exit
   mount --make-rslave "$2"
   mounted+=("$2")
 }
+# The image's root a mount point of its own, as / is on any machine (ip netns, which the emulated
+# hosts use, remounts / as a slave and fails on a plain folder).
+mount --bind "$image" "$image"
+mounted+=("$image")
 mount -t proc proc "$image/proc"
 mounted+=("$image/proc")
 bind /sys "$image/sys"
