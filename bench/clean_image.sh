@@ -8,7 +8,8 @@
 #   sudo bash bench/clean_image.sh IMAGE_DIR [--as-user] [--quick]
 #
 # IMAGE_DIR is made if missing (about 300 MB) and reused otherwise; delete it for a stock start.
-# --quick runs `scripts/test.sh --quick` instead of the whole suite.
+# --quick runs `scripts/test.sh --quick` instead of the whole suite. AS_USER_ARGS: pytest arguments
+# for the user's run (e.g. -m "slurm or multihost": only the tests that need root, all skipped).
 # LOCAL_WHEELS=DIR (default /opt/wheels where it exists) is bound into the image and named as pip's
 # find-links: setup.sh's "a local wheel where there is one". Without it setup.sh takes torch from
 # the CPU wheel index. The log goes to stdout; bench/results/clean-image-*.log keeps one.
@@ -96,7 +97,7 @@ if (( as_user )); then
   clone "$image/home/tester/distgnn"
   chroot "$image" chown -R tester:tester /home/tester/distgnn
   start=$(date +%s)
-  echo "== as tester (no root, no sudo): bash scripts/test.sh $quick"
-  in_image tester /home/tester/distgnn "bash scripts/test.sh $quick"
+  echo "== as tester (no root, no sudo): bash scripts/test.sh $quick ${AS_USER_ARGS:-}"
+  in_image tester /home/tester/distgnn "bash scripts/test.sh $quick ${AS_USER_ARGS:-}"
   echo "== as tester: rc 0 in $(( $(date +%s) - start )) s"
 fi

@@ -66,8 +66,10 @@ in_host() {  # in_host HOST CMD...: run CMD in the host's network, hostname and 
   pidfile=$(anchor_pid "$1")
   pid_alive "$pidfile" || { log "$1: not running (cluster/multihost.sh start)"; return 1; }
   shift
+  # --root: the daemon's own root (entering a mount namespace alone would put the command at the
+  # namespace's root, outside a chroot the cluster was started in)
   # shellcheck disable=SC2046  # mpi_env's words are separate variables
-  nsenter --target "$(cat "$pidfile")" --net --uts --mount --wd="$PWD" \
+  nsenter --target "$(cat "$pidfile")" --net --uts --mount --root --wd="$PWD" \
     env SLURM_CONF="$CONF" $(mpi_env) "$@"
 }
 
