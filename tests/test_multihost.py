@@ -273,12 +273,22 @@ FAULT_RUN = ["--algo", "cd-0", "--layers", "2", "--hidden", "16", "--eval-every"
 
 
 def launch_on_hosts(partdir: Path, run: Path, logs: Path, *args: str) -> subprocess.Popen:
-    """``distgnn launch`` of P ranks on P hosts from the controller, in the background, tiling
-    off (so a resumed run can be compared with an uninterrupted one)."""
+    """``distgnn launch`` of P ranks on hosts mh1..mhP from the controller, in the background,
+    tiling off (so a resumed run can be compared with an uninterrupted one). The job is pinned to
+    those hosts (the multihost preset plus sbatch's --nodelist): a requeued job would otherwise
+    start on whichever hosts are free, and the faults below name mh2."""
+    import yaml
+
+    presets = logs.parent / "pinned-presets.yaml"
+    if not presets.exists():
+        pinned = dict(yaml.safe_load((REPO / "cluster" / "submitit.yaml").read_text())["multihost"])
+        ranks = sum(1 for p in Path(partdir).glob("part_*.zarr"))
+        pinned["slurm_additional_parameters"] = {"nodelist": ",".join(f"mh{i + 1}" for i in range(ranks))}
+        presets.write_text(yaml.safe_dump({"pinned": pinned}))
     return subprocess.Popen(
         ["bash", str(SCRIPT), "exec", "mhctl", sys.executable, "-m", "distgnn", "launch",
-         str(partdir), "--executor", "slurm", "--preset", "multihost", "--log-dir", str(logs),
-         "--out", str(run), *FAULT_RUN, *args],
+         str(partdir), "--executor", "slurm", "--preset", "pinned", "--presets", str(presets),
+         "--log-dir", str(logs), "--out", str(run), *FAULT_RUN, *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "DISTGNN_TILES": "off"})
 
