@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-LOG=${DISTGNN_SETUP_LOG:-${TMPDIR:-/tmp}/distgnn-setup.log}
+LOG=${DISTGNN_SETUP_LOG:-${TMPDIR:-/tmp}/distgnn-setup-$(id -un).log}   # per user: another's is not ours to write
 : >"$LOG"
 fail() { echo "setup: $*" >&2; exit 1; }
 # step WHAT CMD...: run CMD with its output in the log; on failure one line with the log's last line.
