@@ -105,6 +105,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def slurm_snapshot() -> str:
+    """What the local Slurm says right now: its queue, its node and its logs' last lines."""
+    parts = []
+    for command in (["squeue", "-a", "-t", "all", "-o", "%i %T %r %M %D %C %j"],
+                    ["sinfo", "-N", "-o", "%N %t %c %X %Y %E"]):
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=20)
+            parts.append(f"$ {' '.join(command)}\n{done.stdout}{done.stderr}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            parts.append(f"$ {' '.join(command)}\n{exc}")
+    for log in ("/var/log/slurm/slurmctld.log", "/var/log/slurm/slurmd.log"):
+        try:
+            parts.append(f"--- {log}\n" + "\n".join(Path(log).read_text(errors="replace").splitlines()[-15:]))
+        except OSError:
+            pass
+    return "\n".join(parts)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed Slurm test reports the local Slurm's queue, node state and log tails beside it."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and item.get_closest_marker("slurm"):
+        report.sections.append(("local Slurm at the failure", slurm_snapshot()))
+
+
 @pytest.fixture(scope="session")
 def local_slurm():
     """The one-node Slurm of cluster/local-slurm.sh, started for the session and stopped after."""

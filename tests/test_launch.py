@@ -127,11 +127,46 @@ def test_launch_local_failing_rank(tmp_path, monkeypatch, capsys):
     assert "probe failure on rank 1" in capsys.readouterr().err
 
 
+def test_a_watch_that_breaks_cancels_the_job(tmp_path, monkeypatch):
+    # Anything that ends the wait early (a bug, a test's timeout, Ctrl-C) cancels the job: no ranks
+    # left holding the allocation while the launcher is gone.
+    import os
+    import signal
+
+    from distgnn.launch import submit
+
+    script = tmp_path / "sleeper.py"
+    script.write_text("import os, sys, time\nopen(sys.argv[1], 'w').write(str(os.getpid()))\n"
+                      "time.sleep(120)\n")
+    pid_file = tmp_path / "pid"
+
+    def broken_wait(*args, **kwargs):
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        raise RuntimeError("the watch broke")
+
+    monkeypatch.setattr(submit, "wait_for_tasks", broken_wait)
+    with pytest.raises(RuntimeError, match="the watch broke"):
+        launch([str(script), str(pid_file)], 1, "local", load_preset("local", PRESETS), tmp_path / "logs")
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"rank process {pid} still ran 30 s after the launch failed")
+
+
 @pytest.mark.slurm
 def test_launch_slurm_ranks(local_slurm, tmp_path):
     out = tmp_path / "probe.json"
     preset = load_preset("slurm", PRESETS)
-    result = launch([PROBE, str(out)], 2, "slurm", preset, tmp_path / "logs")
+    result = launch([PROBE, str(out)], 2, "slurm", preset, tmp_path / "logs", deadline_s=240)
     records = json.loads(out.read_text())
     assert [r["rank"] for r in records] == [0, 1] and records[0]["sum"] == 1
     assert {r["slurm_job_id"] for r in records} == {result.job_id}
@@ -151,7 +186,7 @@ def test_launch_slurm_failing_rank(local_slurm, tmp_path, monkeypatch, capsys):
     start = time.monotonic()
     with pytest.raises(DistgnnError, match="task 1: RuntimeError: probe failure on rank 1"):
         launch([PROBE, str(tmp_path / "x.json")], 2, "slurm", load_preset("slurm", PRESETS),
-               tmp_path / "logs")
+               tmp_path / "logs", deadline_s=240)
     assert time.monotonic() - start < 60
     assert "probe failure on rank 1" in capsys.readouterr().err
 
@@ -165,7 +200,8 @@ def test_launch_slurm_job_that_vanishes(local_slurm, tmp_path, capsys):
                       "os._exit(3)\n")
     start = time.monotonic()
     with pytest.raises(DistgnnError, match=r"ended \(FAILED\) and tasks \[0, 1\] left no result .* dying on purpose"):
-        launch([str(script)], 2, "slurm", load_preset("slurm", PRESETS), tmp_path / "logs", grace_s=3)
+        launch([str(script)], 2, "slurm", load_preset("slurm", PRESETS), tmp_path / "logs", grace_s=3,
+               deadline_s=240)
     assert time.monotonic() - start < 60
     assert "dying on purpose" in capsys.readouterr().err
 

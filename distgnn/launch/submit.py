@@ -169,7 +169,7 @@ def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], f
         print(str(exc), file=sys.stderr, flush=True)
         raise DistgnnError(f"{executor} job {job.job_id} failed: "
                            f"{(str(exc).strip().splitlines() or ['?'])[-1]}") from None
-    except KeyboardInterrupt:
+    except BaseException:   # Ctrl-C, or any error of the watch itself: no job left running
         job.cancel(check=False)
         raise
     return LaunchResult(str(job.job_id), executor, ranks, folder / str(job.job_id), results)

@@ -9,14 +9,15 @@ checkpoints every ``--checkpoint-every`` epochs; nothing is saved here.
 """
 from __future__ import annotations
 
+import io
 import os
 import runpy
 import subprocess
 import sys
 
 import submitit
-from submitit.core.utils import FailedJobError
-from submitit.helpers import Checkpointable, CommandFunction, DelayedSubmission
+from submitit.core.utils import copy_process_streams
+from submitit.helpers import Checkpointable, DelayedSubmission
 
 from distgnn.errors import DistgnnError
 from distgnn.launch.watch import error_line
@@ -34,6 +35,16 @@ def requeued_argv(argv: list[str]) -> list[str]:
     folder's checkpoints (submitit's own requeue, on preemption, adds it in ``checkpoint``)."""
     restarts = os.environ.get("SLURM_RESTART_COUNT", "0")
     return with_resume(argv) if restarts.isdigit() and int(restarts) > 0 else list(argv)
+
+
+def stop_process(process: subprocess.Popen, wait_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``wait_s`` seconds: ``process`` is gone when this returns."""
+    process.terminate()
+    try:
+        process.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def thread_env(threads: int) -> dict[str, str]:
@@ -152,16 +163,27 @@ class MpiexecTask(Checkpointable):
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
         cmd = mpiexec_argv(self.argv, self.ranks, len(os.sched_getaffinity(0)), self.threads)
+        print(f"The following command is sent: \"{' '.join(cmd)}\"", flush=True)
         try:
-            return CommandFunction(cmd, verbose=True, env=env)()
+            process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         except FileNotFoundError as exc:
             raise DistgnnError("mpiexec not found: install Open MPI (scripts/setup.sh)") from exc
-        except FailedJobError as exc:
-            # the ranks' output is in this task's log already (verbose): the error says only
-            # how mpiexec ended and the ranks' own verdict, not their whole stderr again
-            status = getattr(exc.__cause__, "returncode", "?")
+        out, err = io.StringIO(), io.StringIO()
+        with process:
+            try:
+                copy_process_streams(process, out, err, True)  # into this task's log, live
+            except BaseException:
+                # cancelled (submitit's SIGINT) or broken: mpiexec passes SIGTERM on to its ranks,
+                # so none is left running after its job
+                stop_process(process)
+                raise
+            status = process.wait()
+        if status:
+            # the ranks' output is in this task's log already: the error says only how mpiexec
+            # ended and the ranks' own verdict, not their whole stderr again
             raise MpiexecError(f"mpiexec -n {self.ranks} exited with status {status}: "
-                               f"{error_line(str(exc))}") from None
+                               f"{error_line(err.getvalue())}")
+        return out.getvalue().strip()
 
     def checkpoint(self, *args: object, **kwargs: object) -> DelayedSubmission:
         return DelayedSubmission(MpiexecTask(with_resume(self.argv), self.ranks, self.threads))

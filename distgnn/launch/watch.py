@@ -202,6 +202,9 @@ def wait_for_tasks(tasks: list[Any], job_id: str, job_state: Callable[[], str], 
                        f"last error: {error_line(tails)}")
             raise JobFailed(summary, log_tails(tasks, skip=relayed))
         if deadline_s is not None and now - start > deadline_s:
-            raise JobFailed(f"job {job_id} did not finish within {deadline_s:.0f} s",
-                            log_tails(tasks, skip=relayed))
+            waiting = f"state {state or 'unknown'}"
+            if state == "PENDING" and pending_reason is not None:
+                waiting += f", Slurm's reason: {pending_reason() or 'none given'}"
+            raise JobFailed(f"job {job_id} did not finish within {deadline_s:.0f} s ({waiting}); "
+                            f"it was cancelled", log_tails(tasks, skip=relayed))
         time.sleep(poll_s)
