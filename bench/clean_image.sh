@@ -12,7 +12,8 @@
 # for the user's run (e.g. -m "slurm or multihost": only the tests that need root, all skipped).
 # LOCAL_WHEELS=DIR (default /opt/wheels where it exists) is bound into the image and named as pip's
 # find-links: setup.sh's "a local wheel where there is one". Without it setup.sh takes torch from
-# the CPU wheel index. The log goes to stdout; bench/results/clean-image-*.log keeps one.
+# the CPU wheel index. ROOT_COMMAND replaces the root run's command (to look into one test there).
+# The log goes to stdout; bench/results/clean-image-*.log keeps one.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 image=${1:?usage: bench/clean_image.sh IMAGE_DIR [--as-user] [--quick]}
@@ -88,8 +89,9 @@ in_image() {  # in_image USER DIR COMMAND: a clean environment, as a login would
 
 clone "$image/root/distgnn"
 start=$(date +%s)
-echo "== as root: bash scripts/demo.sh && bash scripts/test.sh $quick"
-in_image root /root/distgnn "bash scripts/demo.sh && bash scripts/test.sh $quick"
+root_command=${ROOT_COMMAND:-"bash scripts/demo.sh && bash scripts/test.sh $quick"}
+echo "== as root: $root_command"
+in_image root /root/distgnn "$root_command"
 echo "== as root: rc 0 in $(( $(date +%s) - start )) s"
 
 if (( as_user )); then

@@ -43,6 +43,20 @@ def abort_marker(run_dir: Path, rank: int) -> Path:
     return run_dir / ABORT_MARKER.format(rank=rank)
 
 
+def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C that ``exc`` was raised while handling, if any: a library's clean-up that fails
+    because the interrupt cut its work short (torch.save's zip writer: "unexpected pos") must not
+    turn the user's Ctrl-C into a crash report."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None
+
+
 def run_on_ranks(command: str, comm: Any, body: Callable[[], Any],
                  on_abort: Callable[[], None] = lambda: None) -> tuple[int, Any]:
     """(exit status, result of ``body()``). A :class:`CollectiveError` (raised on every rank
@@ -51,7 +65,13 @@ def run_on_ranks(command: str, comm: Any, body: Callable[[], Any],
     traceback, one line naming the rank, and the job ended. ``on_abort()`` runs just before a
     rank ends the job."""
     try:
-        return 0, body()
+        try:
+            return 0, body()
+        except Exception as exc:
+            interrupt = interrupt_behind(exc)
+            if interrupt is not None:
+                raise interrupt from None
+            raise
     except CollectiveError as exc:
         if comm.rank == 0:
             print(f"distgnn {command}: error: {exc}", file=sys.stderr, flush=True)
