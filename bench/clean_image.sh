@@ -12,7 +12,8 @@
 # for the user's run (e.g. -m "slurm or multihost": only the tests that need root, all skipped).
 # LOCAL_WHEELS=DIR (default /opt/wheels where it exists) is bound into the image and named as pip's
 # find-links: setup.sh's "a local wheel where there is one". Without it setup.sh takes torch from
-# the CPU wheel index. ROOT_COMMAND replaces the root run's command (to look into one test there).
+# the CPU wheel index. ROOT_COMMAND replaces the root run's command, and REUSE_CLONE=1 keeps the
+# image's clone and its .venv from the run before (both to look into one test there).
 # The log goes to stdout; bench/results/clean-image-*.log keeps one.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -87,7 +88,11 @@ in_image() {  # in_image USER DIR COMMAND: a clean environment, as a login would
     bash -c "cd $2 && $3"
 }
 
-clone "$image/root/distgnn"
+if [ -n "${REUSE_CLONE:-}" ] && [ -d "$image/root/distgnn/.venv" ]; then
+  echo "== clone: reused (REUSE_CLONE)"
+else
+  clone "$image/root/distgnn"
+fi
 start=$(date +%s)
 root_command=${ROOT_COMMAND:-"bash scripts/demo.sh && bash scripts/test.sh $quick"}
 echo "== as root: $root_command"

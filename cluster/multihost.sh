@@ -240,6 +240,13 @@ start() {
   log "running: ${hosts[*]} (controller mhctl, state in $STATE)"
 }
 
+kill_in_netns() {  # kill_in_netns NS: SIGKILL to every process in network namespace NS
+  local pid
+  # the shell's own kill: a minimal system has no /bin/kill (procps) for xargs to run, and the
+  # processes lived on unseen (found on a debootstrapped image)
+  for pid in $(ip netns pids "$1"); do kill -9 "$pid" 2>/dev/null || true; done
+}
+
 stop() {
   local h
   for h in $(hosts_of); do stop_pidfile "slurmd $h" "$(slurmd_pid "$h")" & done
@@ -248,7 +255,7 @@ stop() {
   stop_pidfile munged "$STATE/munge/munged.pid"
   for ns in $(ip netns list | awk '{print $1}' | grep "^$PREFIX-" || true); do
     # what still runs on a host (job steps that outlived their slurmd) was started by the cluster
-    ip netns pids "$ns" | xargs -r kill -9 2>/dev/null || true
+    kill_in_netns "$ns"
     ip netns del "$ns"
   done
   log "stopped"
@@ -297,7 +304,7 @@ link() {
 lose() {  # every process in the host's network namespace, its slurmd (the host's anchor) included
   local host=${1:-}
   known_host lose "$host" || return 2
-  ip netns pids "$PREFIX-$host" | xargs -r kill -9 2>/dev/null || true
+  kill_in_netns "$PREFIX-$host"
   log "$host lost: every process on it killed"
 }
 

@@ -44,6 +44,11 @@ def four_parts(tmp_path_factory) -> Path:
     return partitioned_twin(tmp_path_factory.mktemp("placement"), 4)[1]
 
 
+@pytest.fixture(scope="module")
+def two_parts(tmp_path_factory) -> Path:
+    return partitioned_twin(tmp_path_factory.mktemp("placement2"), 2)[1]
+
+
 def test_sbatch_refusing_is_its_own_words_and_leaves_nothing(four_parts, tmp_path) -> None:
     unreachable = "echo 'slurm_load_partitions: Unable to contact slurm controller (connect failure)' >&2; exit 1"
     env = stand_ins(tmp_path / "bin", sinfo=unreachable,
@@ -148,13 +153,13 @@ def test_error_line_prefers_distgnns_verdict_and_never_quotes_submitits_log() ->
 
 
 @pytest.mark.mpi
-def test_a_failed_launch_says_its_verdict_once_and_how_to_continue(four_parts, tmp_path) -> None:
+def test_a_failed_launch_says_its_verdict_once_and_how_to_continue(two_parts, tmp_path) -> None:
     import json
 
     from conftest import fault_env
 
     run = tmp_path / "run"
-    common = ["launch", four_parts, "--executor", "local", "--epochs", "6", "--checkpoint-every",
+    common = ["launch", two_parts, "--executor", "local", "--epochs", "6", "--checkpoint-every",
               "2", "--hidden", "16", "--quiet", "--log-dir", tmp_path / "logs", "--out", run]
     proc = run_cli(*common, cwd=tmp_path,
                    env=fault_env(DISTGNN_TEST_FAIL_RANK="1", DISTGNN_TEST_FAIL_EPOCH="4"))
@@ -176,15 +181,14 @@ def test_a_failed_launch_says_its_verdict_once_and_how_to_continue(four_parts, t
 
 
 @pytest.mark.slurm
-def test_the_local_slurm_gets_the_estimates_memory(local_slurm, tmp_path) -> None:
+def test_the_local_slurm_gets_the_estimates_memory(local_slurm, two_parts, tmp_path) -> None:
     """The slurm preset's ``mem_gb: auto`` reaches Slurm itself: the finished job's requested
     memory per node, read back with scontrol, is the estimate plus the margin the launch named."""
     import re
     import subprocess
 
-    parts = partitioned_twin(tmp_path, 2)[1]
     logs = tmp_path / "logs"
-    proc = run_cli("launch", parts, "--executor", "slurm", "--epochs", "1", "--hidden", "16",
+    proc = run_cli("launch", two_parts, "--executor", "slurm", "--epochs", "1", "--hidden", "16",
                    "--log-dir", logs, "--out", tmp_path / "run", cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     asked = re.search(r"asking Slurm for (\d+) GiB per node \(estimate", proc.stderr)

@@ -94,7 +94,7 @@ def test_ctrl_c_mid_stage_leaves_nothing_that_looks_complete(tmp_path: Path, sta
                "--threads", "1", "--quiet"]
         final = out / "graph.zarr"
     else:
-        graph = fetch("synth-papers100M", root=tmp_path / "data", scale=0.01, threads=1)
+        graph = fetch("synth-papers100M", root=tmp_path / "data", scale=0.005, threads=1)
         out = tmp_path / "hdrf"
         cmd = ["partition", "assign", graph, "--parts", "128", "--method", "hdrf", "--out", out,
                "--threads", "1", "--quiet"]

@@ -117,7 +117,7 @@ def test_sigstop_of_a_rank_under_srun_ends_the_job_naming_it(local_slurm, parts:
 
     run = tmp_path / "run"
     proc = start_launch(parts, run, tmp_path, "--epochs", "100000", "--checkpoint-every", "0",
-                        "--hang-timeout", "20")
+                        "--hang-timeout", "10")
     wait_for(lambda: epochs_written(run) >= 3 and (run / HEARTBEATS / "rank_1").exists(), proc, 240,
              "three epochs")
     beat = read_heartbeat(run / HEARTBEATS / "rank_1")

@@ -271,34 +271,55 @@ def test_0c_and_cdr_keep_their_settled_layer0_aggregate(narrow_input_parts, tmp_
             assert forward[0] == forward[1], algo
 
 
-@pytest.mark.parametrize("algo, narrow, apply, extra", [
+RESUME_CASES = [
     ("cd-0", False, "auto", ()), ("cd-3", False, "auto", ()), ("cd-3", True, "auto", ()),
     ("cd-3", True, "replicas", ()), ("cd-3", False, "auto", ("--fresh-copies",)),
     ("cd-3", False, "auto", ("--model", "gat", "--heads", "2", "--hidden", "8")),
     ("cd-0", False, "auto", ("--message-precision", "int8")),
-    ("cd-3", False, "auto", ("--message-precision", "int2"))])
-def test_resume_after_a_failed_rank_continues_exactly(partitions, request, tmp_path: Path, algo: str,
-                                                      narrow: bool, apply: str, extra: tuple) -> None:
+    ("cd-3", False, "auto", ("--message-precision", "int2"))]
+
+
+@pytest.fixture(scope="module")
+def resumed_runs(partitions, narrow_input_parts, tmp_path_factory) -> dict[int, tuple]:
+    """For each case of RESUME_CASES (by index): (whole run, broken run, the broken launch, what
+    it left: a summary or not, its complete checkpoints). The
+    broken run's rank 1 fails in epoch 12 (checkpoints every 5), then it is resumed. Each failing
+    launch is its own mpiexec; the uninterrupted runs, and then the resumes, share one launch per
+    world size (tests/mpi_scripts/train_many.py)."""
+    root = tmp_path_factory.mktemp("resume")
+    runs, wholes, resumes = {}, {2: [], 3: []}, {2: [], 3: []}
+    for i, (algo, narrow, apply, extra) in enumerate(RESUME_CASES):
+        parts, folder = (3, narrow_input_parts) if narrow else (2, partitions[2])
+        common = (folder, "--algo", algo, "--epochs", EPOCHS, "--checkpoint-every", 5,
+                  "--eval-every", 0, "--apply", apply, *extra)
+        whole, broken = root / f"{i}-whole", root / f"{i}-broken"
+        wholes[parts].append((whole, common))
+        proc = train(folder, parts, broken, *map(str, common[1:]), check=False,
+                     env=fault_env(DISTGNN_TEST_FAIL_RANK="1", DISTGNN_TEST_FAIL_EPOCH="12"))
+        resumes[parts].append((broken, (*common, "--resume")))
+        left = {"summary": (broken / "summary.json").exists(),
+                "checkpoints": sorted(p.parent.name for p in (broken / "checkpoints").glob("*/manifest.json"))}
+        runs[i] = (whole, broken, proc, left)
+    for parts in (2, 3):
+        train_many(None, parts, wholes[parts] + resumes[parts])
+    return runs
+
+
+@pytest.mark.parametrize("case", range(len(RESUME_CASES)),
+                         ids=["-".join((a, "narrow" if n else "wide", ap, *e)) for a, n, ap, e in RESUME_CASES])
+def test_resume_after_a_failed_rank_continues_exactly(resumed_runs, case: int) -> None:
     """Resuming at epoch 10 gives the uninterrupted losses (cd-3 resumes with messages in flight
     under both apply modes, at the root with its delayed gradients in flight; GAT's cd-3 with its
     attention copies and partials in flight); ``narrow``: layer 0 aggregates
     the constant input first, so cd-3 has kept its settled layer-0 aggregate since step 6 (root)
     or 9 (replicas); int8 and int2 rows: the stochastic rounding draws the same after a resume)."""
-    parts, folder = (3, request.getfixturevalue("narrow_input_parts")) if narrow else (2, partitions[2])
-    common = ["--algo", algo, "--epochs", str(EPOCHS), "--checkpoint-every", "5", "--eval-every", "0",
-              "--apply", apply, *extra]
-    whole = tmp_path / "whole"
-    train(folder, parts, whole, *common)
-    broken = tmp_path / "broken"
-    proc = train(folder, parts, broken, *common, check=False,
-                 env=fault_env(DISTGNN_TEST_FAIL_RANK="1", DISTGNN_TEST_FAIL_EPOCH="12"))
+    algo, _, apply, extra = RESUME_CASES[case]
+    whole, broken, proc, left = resumed_runs[case]
     assert proc.returncode != 0
     assert "rank 1" in proc.stderr and "injected failure" in proc.stderr
     assert "interrupted" not in proc.stderr  # the other ranks end without a Ctrl-C line
-    assert not (broken / "summary.json").exists()
-    manifests = sorted(p.parent.name for p in (broken / "checkpoints").glob("*/manifest.json"))
-    assert manifests == ["epoch_000005", "epoch_000010"]
-    train(folder, parts, broken, *common, "--resume")
+    # what the failed launch left: no summary, the checkpoints of epochs 5 and 10
+    assert left == {"summary": False, "checkpoints": ["epoch_000005", "epoch_000010"]}
     epochs = [r["epoch"] for r in records(broken)]
     assert epochs == list(range(1, EPOCHS + 1))  # every epoch exactly once
     np.testing.assert_array_equal(losses(broken), losses(whole))  # bit for bit

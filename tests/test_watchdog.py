@@ -251,7 +251,7 @@ def test_sigstop_of_one_of_two_ranks_ends_the_mpiexec_job(tmp_path: Path) -> Non
     run = tmp_path / "run"
     command = ["mpiexec", "--oversubscribe", "-n", "2", sys.executable, "-m", "distgnn", "train",
                str(parts), "--epochs", "100000", "--hidden", "16", "--threads", "1", "--eval-every",
-               "0", "--checkpoint-every", "0", "--hang-timeout", "20", "--out", str(run), "--quiet"]
+               "0", "--checkpoint-every", "0", "--hang-timeout", "10", "--out", str(run), "--quiet"]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
