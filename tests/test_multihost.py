@@ -219,7 +219,7 @@ def test_launch_puts_one_rank_on_each_host_stages_its_part_and_equals_one_proces
 def test_snakemake_profile_trains_and_predicts_on_the_hosts(multihost, tmp_path) -> None:
     import numpy as np
     import zarr
-    from test_workflow import FAST_POLL, SLURM_TEST_OPTIONS, snakemake, tiny, workdir
+    from test_workflow import SLURM_TEST_OPTIONS, snakemake, tiny, workdir
 
     config = tiny(partition={"parts": [2]}, train={"algos": ["cd-0"], "epochs": 2})
     config["predict"] = {"enabled": True}
@@ -234,7 +234,7 @@ def test_snakemake_profile_trains_and_predicts_on_the_hosts(multihost, tmp_path)
         one_part = pool.submit(run_cli, "partition", graph, "--parts", "1", "--out",
                                tmp_path / "one", "--threads", "1", "--quiet")
         proc = cluster("exec", "mhctl", sys.executable, "-m", "snakemake", "--profile",
-                       "cluster/multihost", *SLURM_TEST_OPTIONS, *FAST_POLL, cwd=wd, env={"PATH": path},
+                       "cluster/multihost", *SLURM_TEST_OPTIONS, cwd=wd, env={"PATH": path},
                        timeout=900)
         assert one_part.result().returncode == 0, one_part.result().stderr
     out = proc.stdout + proc.stderr

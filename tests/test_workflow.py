@@ -20,8 +20,6 @@ TINY = REPO / "tests" / "data" / "workflow_tiny.yaml"
 #: Options only the local test cluster needs (no accounting: poll with squeue, and soon).
 SLURM_TEST_OPTIONS = ["--slurm-status-command", "squeue",
                       "--slurm-init-seconds-before-status-checks", "1"]
-#: the tests' own: Snakemake asks after its jobs every second, not every 10 s (4 stages in a row)
-FAST_POLL = ["--seconds-between-status-checks", "1"]
 
 
 NO_SLURM_BIN = REPO / "tests" / "data" / "no-slurm-bin"
@@ -362,7 +360,7 @@ def slurm_workdir(local_slurm, tmp_path_factory):
     """The tiny config (P = 2, cd-0) run once through the Slurm profile on the local Slurm."""
     wd = workdir(tmp_path_factory.mktemp("slurm"), tiny(partition={"parts": [2]},
                                                         train={"algos": ["cd-0"], "epochs": 2}))
-    proc = snakemake("--profile", "cluster/slurm", *SLURM_TEST_OPTIONS, *FAST_POLL, cwd=wd)
+    proc = snakemake("--profile", "cluster/slurm", *SLURM_TEST_OPTIONS, cwd=wd)
     return wd, proc
 
 
@@ -391,7 +389,7 @@ def test_slurm_failing_rank_fails_the_workflow_quickly(slurm_workdir):
     wd, first = slurm_workdir
     assert first.returncode == 0
     start = time.monotonic()
-    proc = snakemake("--profile", "cluster/slurm", *SLURM_TEST_OPTIONS, *FAST_POLL, "--forcerun", "train",
+    proc = snakemake("--profile", "cluster/slurm", *SLURM_TEST_OPTIONS, "--forcerun", "train",
                      cwd=wd, env=fault_env(DISTGNN_TEST_FAIL_RANK="1"), timeout=120)
     elapsed = time.monotonic() - start
     assert proc.returncode != 0
