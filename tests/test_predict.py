@@ -11,6 +11,7 @@ import zarr
 
 from conftest import mpiexec, run_cli
 from distgnn.data.fetch import fetch
+from test_train_mpi import train_many
 
 pytestmark = pytest.mark.mpi
 
@@ -26,10 +27,15 @@ def trained(tmp_path_factory) -> tuple[Path, Path, dict[int, Path]]:
         proc = run_cli("partition", graph, "--parts", P, "--out", parts[P], "--threads", "1", "--quiet")
         assert proc.returncode == 0, proc.stderr
     run = root / "run"
-    proc = mpiexec(2, "train", parts[2], "--algo", "cd-5", "--epochs", "6", "--hidden", "16",
-                   "--layers", "3", "--threads", "1", "--out", run, "--quiet")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # this run and each model's run of test_predict_rebuilds_each_model, in one launch
+    train_many(parts[2], 2, {run: ("--algo", "cd-5", "--epochs", "6", "--layers", "3"),
+                             **{root / f"run-{model}": ("--model", model, "--epochs", "4", *extra)
+                                for model, extra in MODEL_RUNS.items()}})
     return graph, run, parts
+
+
+#: the models test_predict_rebuilds_each_model predicts with, and their training options
+MODEL_RUNS = {"gcn": (), "gin": (), "gat": ("--heads", "2", "--layers", "3")}
 
 
 def predict(P: int, run: Path, out: Path, *extra) -> zarr.Group:
@@ -75,12 +81,8 @@ def test_bad_layer_and_missing_run_are_one_line(trained, tmp_path) -> None:
 def test_predict_rebuilds_each_model(trained, tmp_path, model: str) -> None:
     """A GCN, GIN or GAT run's predictions at P = 2 reproduce its final test accuracy, and equal
     P = 1's; GAT's embeddings are its heads concatenated after the ELU."""
-    graph, _, parts = trained
-    run = tmp_path / "run"
-    extra = ("--heads", "2", "--layers", "3") if model == "gat" else ()
-    proc = mpiexec(2, "train", parts[2], "--model", model, "--epochs", "4", "--hidden", "16",
-                   "--threads", "1", "--out", run, "--quiet", *extra)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    graph, first, parts = trained
+    run = first.parent / f"run-{model}"   # trained by the fixture
     g = zarr.open_group(str(graph), mode="r")
     logits = predict(2, run, tmp_path / "p2.zarr")["logits"][:]
     test = g["test_mask"][:]

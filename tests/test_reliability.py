@@ -400,7 +400,8 @@ def test_a_set_up_error_on_one_rank_is_one_agreed_line(case: str, ranks: int, tw
     else:
         parts = graph           # a graph store, not a partition folder: every rank alike
         expected = "not a partition folder"
-    for quiet in (False, True):
+    # Open MPI's own note (without -q) is the same whatever the error: checked on one case
+    for quiet in (False, True) if case == "damaged-part" else (True,):
         proc = mpiexec(ranks, "train", parts, "--epochs", "1", "--out", run, "--quiet",
                        launcher_options=("-q",) if quiet else ())
         line = agreed_error(proc, quiet)
