@@ -398,6 +398,8 @@ def main(argv: list[str] | None = None) -> int:
                              "to --markdown) and the plot (--plot); nothing is measured")
     parser.add_argument("--keep-going", action="store_true",
                         help="a failed run of step 4 is reported and skipped instead of ending the bench")
+    parser.add_argument("--microbench-repeats", type=int, default=11, metavar="N",
+                        help="repeats of each step 2 measurement (median taken; default 11)")
     args = parser.parse_args(argv)
     if args.leaf_fractions_into:
         add_leaf_fractions(args.leaf_fractions_into, work_folder(args.work, "bench-scaling-"),
@@ -502,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     # 2. network
     mb_path = work / "microbench.json"
     run_logged("mpiexec", *mpiexec, "-n", 2, python, "-m", "distgnn.scaling.microbench", mb_path,
-       log=work / "microbench.log")
+               "--repeats", args.microbench_repeats, log=work / "microbench.log")
     mb = json.loads(mb_path.read_text())
     net = NetworkModel.from_dict(mb["network"])
     say(f"MPI microbenchmark (2 ranks, this machine): Alltoallv latency {net.latency * 1e6:.1f} us, "

@@ -20,7 +20,7 @@ def test_scaling_bench_smoke(tmp_path: Path, capsys) -> None:
     cal, md, png = tmp_path / "cal.json", tmp_path / "model.md", tmp_path / "speedup.png"
     cmd = [sys.executable, "-m", "bench.scaling", "--scale", "0.005", "--papers-scale", "0.0002",
            "--epochs", "2", "--work", str(tmp_path / "work"), "--calibration", str(cal),
-           "--markdown", str(md), "--plot", str(png)]
+           "--markdown", str(md), "--plot", str(png), "--microbench-repeats", "3"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     # exit 1 is a failed validation (timings of a tiny graph on a shared machine), said so in one
     # line; anything else is a broken bench
@@ -73,7 +73,7 @@ def test_redraw_predicts_what_the_cli_predicts_from_the_same_calibration(tmp_pat
     cal = ROOT / "docs" / "scale-calibration.json"
     md, png = tmp_path / "model.md", tmp_path / "speedup.png"
     proc = subprocess.run([sys.executable, "-m", "bench.scaling", "--redraw", str(cal),
-                           "--markdown", str(md), "--plot", str(png)],
+                           "--markdown", str(md), "--plot", str(png), "--microbench-repeats", "3"],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert png.stat().st_size > 0 and md.read_text().startswith("`python -m bench.scaling --redraw")

@@ -48,7 +48,7 @@ def train(partdir: Path, parts: int, out: Path, *extra: str, env: dict | None = 
 
 
 def train_many(partdir: Path | None, parts: int,
-               runs: dict[Path, tuple] | list[tuple[Path, tuple]]) -> None:
+               runs: dict[Path, tuple] | list[tuple[Path, tuple]], env: dict | None = None) -> None:
     """``train(partdir, parts, out, *extra)`` for each ``out: extra`` of ``runs`` (or each pair,
     in order: one folder may come twice), in one mpiexec launch (tests/mpi_scripts/train_many.py:
     the same CLI runs, one after another). With ``partdir`` None, each ``extra`` starts with its
@@ -61,7 +61,7 @@ def train_many(partdir: Path | None, parts: int,
     pairs = runs.items() if isinstance(runs, dict) else runs
     argv = [command(out, extra) for out, extra in pairs]
     proc = mpiexec(parts, str(Path(__file__).parent / "mpi_scripts" / "train_many.py"), json.dumps(argv),
-                   module=False)
+                   module=False, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -628,11 +628,11 @@ def test_overlap_changes_only_the_order_of_additions(partitions, tmp_path: Path)
     equal to float tolerance; and the blocks are really summed (the runs are not the same bits)."""
     runs = {}
     for overlap in ("on", "off"):
+        train_many(partitions[3], 3, {tmp_path / f"{model}-{overlap}": (
+            "--algo", "cd-0", "--model", model, "--epochs", "6", "--eval-every", "3")
+            for model in ("sage", "gcn")}, env={"DISTGNN_OVERLAP": overlap})
         for model in ("sage", "gcn"):
-            out = tmp_path / f"{model}-{overlap}"
-            train(partitions[3], 3, out, "--algo", "cd-0", "--model", model, "--epochs", "6",
-                  "--eval-every", "3", env={"DISTGNN_OVERLAP": overlap})
-            runs[model, overlap] = records(out)
+            runs[model, overlap] = records(tmp_path / f"{model}-{overlap}")
     for model in ("sage", "gcn"):
         on, off = runs[model, "on"], runs[model, "off"]
         for a, b in zip(on, off):
