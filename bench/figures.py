@@ -16,7 +16,13 @@ Keys (P a number of parts, ALGO cd-0, cd-5 or 0c):
   ``papers.libra.P.min``, ``papers.libra.P.gib``: libra's assignment at P, from the newest
   bench/results/papers-scale*.jsonl record of that stage; ``papers.rf.P``: its RF;
 * ``link.ALGO.WIDTH.epoch``, ``link.ALGO.WIDTH.bytes``: bench.link_widths over 400 Mbit/s, epoch
-  and bytes per rank against the same algorithm's float32 run (bench/results/link-widths-*.json).
+  and bytes per rank against the same algorithm's float32 run (bench/results/link-widths-*.json);
+* ``messages.WIDTH.worst``: the lowest test accuracy (points) of a message width against float32
+  over the GraphSAGE and GCN cells of the message-precision grids (bench/results/
+  algorithms-*-messages-*.txt, GAT's left out, one scale per row), same algorithm and file;
+  ``messages.WIDTH.bytes``: a row of 256 columns on the wire against float32's (the codec's size);
+* ``peers.WxT``: SAR's steady epoch over our cd-0's at W workers x T threads, from the newest
+  bench/results/peers-*.txt (bench.peers), e.g. ``peers.2x1``.
 """
 from __future__ import annotations
 
@@ -72,6 +78,44 @@ def _link_median(place: str, case: str, field: str) -> float:
     return statistics.median(values)
 
 
+@functools.lru_cache(maxsize=None)
+def _message_cells() -> tuple[tuple[str, str, str, float], ...]:
+    """(grid file, algorithm, width, test accuracy %) of every per-row cell of the GraphSAGE and
+    GCN message-precision grids."""
+    cells = []
+    for path in sorted(RESULTS.glob("algorithms-*-messages-*.txt")):
+        if "-gat-" in path.name:
+            continue
+        for line in path.read_text().splitlines():
+            fields = [f.strip() for f in line.strip().strip("|").split("|")]
+            if len(fields) < 4 or "+msg=" not in fields[0] or "+group=" in fields[0]:
+                continue
+            algo = fields[0].split("+msg=")[0]
+            cells.append((path.name, algo, fields[2], float(fields[3].split()[0])))
+    return tuple(cells)
+
+
+def _message_worst(width: str) -> float:
+    base = {(f, a): acc for f, a, w, acc in _message_cells() if w == "fp32"}
+    gaps = [acc - base[f, a] for f, a, w, acc in _message_cells() if w == width and (f, a) in base]
+    if not gaps:
+        raise KeyError(f"no message-precision cell of width {width}")
+    return min(gaps)
+
+
+@functools.lru_cache(maxsize=None)
+def _peer_epochs() -> dict[tuple[str, str], float]:
+    """{(system, "W x T"): steady epoch s} of the newest bench.peers table."""
+    newest = sorted(RESULTS.glob("peers-*.txt"))[-1]
+    epochs = {}
+    for line in newest.read_text().splitlines():
+        fields = [f.strip() for f in line.strip().strip("|").split("|")]
+        if len(fields) >= 3 and " x " in fields[1] and re.fullmatch(r"[0-9.,]+", fields[2]):
+            system = "ours" if fields[0].startswith("distgnn") else fields[0].split()[0].lower()
+            epochs[system, fields[1]] = float(fields[2].replace(",", ""))
+    return epochs
+
+
 def figure(key: str) -> float:
     """The source value of a figure key (module docstring); KeyError for an unknown key."""
     parts = key.split(".")
@@ -95,6 +139,17 @@ def figure(key: str) -> float:
         field = {"epoch": "epoch_s", "bytes": "bytes"}[what]
         return (_link_median("400mbit", f"{algo} {width}", field)
                 / _link_median("400mbit", f"{algo} fp32", field))
+    if parts[0] == "peers" and len(parts) == 2:
+        shape = parts[1].replace("x", " x ")
+        return _peer_epochs()["sar", shape] / _peer_epochs()["ours", shape]
+    if parts[0] == "messages" and len(parts) == 3:
+        _, width, what = parts
+        if what == "worst":
+            return _message_worst(width)
+        if what == "bytes":
+            from distgnn.vocabulary import message_row_bytes
+
+            return message_row_bytes(256, width, 0) / message_row_bytes(256, "fp32", 0)
     raise KeyError(key)
 
 
