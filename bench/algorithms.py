@@ -67,7 +67,7 @@ def retired_names() -> tuple[str, ...]:
     return NAMES
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default="synth-reddit")
     parser.add_argument("--scale", type=float, default=0.01)
@@ -99,7 +99,12 @@ def main() -> int:
     parser.add_argument("--plot", default=None,
                         help="learning-curve figure (PNG; default: <work>/algorithms.png)")
     parser.add_argument("--no-check", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--graph-seed", type=int, default=0,
+                        help="the twin's draw (distgnn fetch --seed); each draw needs its own --work")
+    parser.add_argument("--json", default=None, metavar="OUT.json",
+                        help="also write each algorithm's per-seed test figure, steady bytes per "
+                             "epoch and median epoch (bench.cdr_sweep reads it)")
+    args = parser.parse_args(argv)
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-algorithms-"))
     python = sys.executable
     env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OUTDATED_IGNORE": "1"}
@@ -109,7 +114,7 @@ def main() -> int:
 
     graph = fetch(args.dataset, root=work / "data", source=args.source, scale=args.scale,
                   mean_degree=args.mean_degree, normalize_features=args.normalize_features,
-                  labelled_fraction=args.labelled_fraction)
+                  labelled_fraction=args.labelled_fraction, seed=args.graph_seed)
     metric = metric_name(bool(GraphStore.open(graph).attrs.get("multilabel", False)))
     partition = f"{args.method}-{args.parts}" + ("" if args.roots == "balance" else f"-{args.roots}")
     partdir = work / partition
@@ -181,6 +186,14 @@ def main() -> int:
               f"{split['time_aggregate_s']:.4f} | {split['time_exchange_wait_s']:.4f} | {split['time_dense_s']:.4f} | "
               f"{split['time_allreduce_s']:.4f} | {mb['bytes_forward']:.2f} | {mb['bytes_backward']:.2f} | "
               f"{mb['bytes_gradients']:.3f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "replication_factor": rf, "metric": metric,
+            "algos": {algo: {"test": [s["test_at_best_val"] for s in runs],
+                             "bytes_per_epoch": float(np.mean([s["bytes_forward"] + s["bytes_backward"]
+                                                               for s in runs])),
+                             "epoch_s": float(np.median([s["split"]["epoch_time_s"] for s in runs]))}
+                      for algo, runs in results.items()}}, indent=1))
     plot = Path(args.plot) if args.plot else work / "algorithms.png"
     learning_curves({algo: [s["metrics"] for s in runs] for algo, runs in results.items()}, plot,
                     title=f"{args.dataset} x{args.scale:g}{twin_options}, {args.method}{roots} P={args.parts}", metric=metric)

@@ -1,0 +1,70 @@
+"""bench.cdr_sweep: the cells it runs (each family's recipe and draw), resuming a stopped sweep, and
+the gap's distribution from the cells' figures (bench.algorithms' --json runs in
+tests/test_bench_algorithms.py)."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench import cdr_sweep
+
+
+def cell(metric: str, **algos: tuple[list[float], float]) -> dict:
+    return {"metric": metric, "replication_factor": 1.5,
+            "algos": {a.replace("_", "-"): {"test": t, "bytes_per_epoch": b, "epoch_s": 0.1}
+                      for a, (t, b) in algos.items()}}
+
+
+def test_the_gap_its_worst_and_the_cells_below_0c_from_hand_made_cells() -> None:
+    cells = {"a": cell("accuracy", cd_0=([0.80, 0.82], 100.0), cd_5=([0.79, 0.80], 20.0), **{"0c": ([0.70], 0.0)}),
+             "b": cell("roc_auc", cd_0=([0.90], 100.0), cd_5=([0.85], 30.0), **{"0c": ([0.86], 0.0)})}
+    rows, stats = cdr_sweep.summarize(cells, "cd-0", "cd-5", "0c")
+    # a: 79.5 - 81.0 = -1.5, above 0c's 70; b: 85 - 90 = -5, below 0c's 86
+    assert stats["cells"] == 2 and stats["below_floor"] == 1
+    assert stats["mean_gap"] == pytest.approx(-3.25) and stats["worst_gap"] == pytest.approx(-5.0)
+    assert stats["mean_bytes_fraction"] == pytest.approx(0.25)
+    assert rows[0] == "| a | accuracy | 81.00 | 79.50 | 70.00 | -1.50 | no | 0.200 |"
+    assert rows[1].endswith("| -5.00 | yes | 0.300 |") and "| roc_auc |" in rows[1]
+
+
+def test_each_cell_runs_once_with_its_familys_recipe_and_draw(tmp_path: Path, monkeypatch, capsys) -> None:
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        out = Path(command[command.index("--json") + 1])
+        out.write_text(json.dumps(cell("accuracy", cd_0=([0.8], 10.0), cd_5=([0.79], 2.0),
+                                       **{"0c": ([0.7], 0.0)})))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(cdr_sweep.subprocess, "run", fake_run)
+    argv = ["--work", str(tmp_path), "--families", "synth-papers100M", "--draws", "0", "1",
+            "--models", "sage", "gat", "--parts", "4", "--seeds", "0", "1"]
+    assert cdr_sweep.main(argv) == 0
+    assert len(commands) == 4
+    first = commands[0]
+    recipe = cdr_sweep.FAMILIES["synth-papers100M"]
+    assert first[first.index("--scale") + 1] == str(recipe.scale)
+    assert first[first.index("--graph-seed") + 1] == "0" and commands[2][commands[2].index("--graph-seed") + 1] == "1"
+    assert first[first.index("--work") + 1] == str(tmp_path / "synth-papers100M-d0")
+    assert first[first.index("--method") + 1] == "random" and first[first.index("--seeds") + 1:][:2] == ["0", "1"]
+    gat = commands[1]   # the model's options come after the family's: GAT's width and rate win
+    assert gat[len(gat) - 1 - gat[::-1].index("--hidden") + 1] == "8"
+    out = capsys.readouterr().out
+    assert "4 cells: gap mean -1.00, worst -1.00 points; below 0c in 0; steady bytes 0.200" in out
+    # a second sweep finds every cell's figures and runs nothing
+    assert cdr_sweep.main(argv) == 0 and len(commands) == 4
+    assert sorted(p.name for p in (tmp_path / "cells").iterdir()) == sorted(
+        f"synth-papers100M-d{d}-{m}-P4.json" for d in (0, 1) for m in ("sage", "gat"))
+
+
+def test_a_failed_cell_is_one_line_and_leaves_no_figures(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(cdr_sweep.subprocess, "run", lambda command, **kw: subprocess.CompletedProcess(
+        command, 1, "", "Traceback ...\nRuntimeError: out of memory\n"))
+    with pytest.raises(SystemExit, match=r"cell synth-reddit-d0-sage-P4 failed \(exit 1\): RuntimeError: out of memory"):
+        cdr_sweep.main(["--work", str(tmp_path), "--families", "synth-reddit", "--draws", "0",
+                        "--models", "sage", "--parts", "4"])
+    assert not list((tmp_path / "cells").glob("*.json"))
