@@ -52,7 +52,7 @@ def epoch_time(table: pd.DataFrame, path: Path) -> None:
                 ax.text(xi, top, f"{algo} (oversubscribed)" if shared else algo, ha="center",
                         va="bottom", fontsize=7, rotation=90)
             # The parts are maxima over ranks and may overshoot: mark the epoch time itself.
-            epoch = [1e3 * float(r.mean_epoch_time_s.iloc[0]) if len(r) else np.nan for r in rows]
+            epoch = [1e3 * float(r.median_epoch_time_s.iloc[0]) if len(r) else np.nan for r in rows]
             ax.plot(x, epoch, "k_", markersize=14, markeredgewidth=2,
                     label="epoch time" if j == 0 else None)
         # room for the algorithm labels above the bars

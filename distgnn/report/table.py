@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from distgnn.models.registry import FIRST_MODEL
@@ -13,7 +14,7 @@ from distgnn.vocabulary import parse_algorithm, steady_start
 SPLIT_KEYS = ("time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_allreduce_s")
 
 COLUMNS = ("store", "method", "num_parts", "algo", "model", "apply", "replication_factor", "mean_epoch_time_s",
-           *SPLIT_KEYS, "time_other_s", "bytes_forward", "bytes_backward", "bytes_gradients",
+           "median_epoch_time_s", *SPLIT_KEYS, "time_other_s", "bytes_forward", "bytes_backward", "bytes_gradients",
            "peak_rss_bytes", "best_val", "test_at_best_val", "final_test", "speedup_vs_p1",
            "epochs", "slurm_job_id", "hosts", "oversubscribed")
 
@@ -47,19 +48,23 @@ def steady(run: Run) -> list[dict[str, Any]]:
 
 
 def epoch_split(run: Run) -> dict[str, float]:
-    """Mean seconds per steady-state epoch of each component, and of the rest ("time_other_s")."""
+    """The median seconds of a steady-state epoch ("median_epoch_time_s") and of each of its
+    components, and what they leave of it ("time_other_s"). Medians: an epoch slowed by something
+    else on the machine (a burst of another process, a page-cache flush) moves a mean by several
+    percent on a small graph, and runs of the same computation then read differently."""
     epochs = steady(run)
-    split = {k: sum(float(e[k]) for e in epochs) / len(epochs) for k in SPLIT_KEYS}
-    total = sum(float(e["epoch_time_s"]) for e in epochs) / len(epochs)
+    split = {k: float(np.median([float(e[k]) for e in epochs])) for k in SPLIT_KEYS}
+    total = float(np.median([float(e["epoch_time_s"]) for e in epochs]))
     split["time_other_s"] = max(0.0, total - sum(split.values()))
+    split["median_epoch_time_s"] = total
     return split
 
 
 def summary_table(runs: list[Run]) -> pd.DataFrame:
     """One row per run with the COLUMNS above.
 
-    ``speedup_vs_p1`` = the P = 1 run's mean epoch time (same store and algorithm; same method
-    when there is one) over this run's; empty when there is no P = 1 run.
+    ``speedup_vs_p1`` = the P = 1 run's median steady epoch (same store and algorithm; same
+    method when there is one) over this run's; empty when there is no P = 1 run.
     """
     rows = []
     for run in runs:
@@ -78,8 +83,8 @@ def summary_table(runs: list[Run]) -> pd.DataFrame:
         base = table[(table.store == row.store) & (table.algo == row.algo) & (table.num_parts == 1)]
         same = base[base.method == row.method]
         base = same if len(same) else base
-        speedups.append(float(base.mean_epoch_time_s.iloc[0]) / float(row.mean_epoch_time_s)
-                        if len(base) and row.mean_epoch_time_s else float("nan"))
+        speedups.append(float(base.median_epoch_time_s.iloc[0]) / float(row.median_epoch_time_s)
+                        if len(base) and row.median_epoch_time_s else float("nan"))
     table["speedup_vs_p1"] = speedups
     return table.sort_values(["store", "method", "num_parts", "algo"]).reset_index(drop=True)
 
@@ -99,7 +104,7 @@ def markdown(table: pd.DataFrame) -> str:
                   "gin- the model (docs/design.md#models).",
                   "",
                   "Per epoch, steady state (epoch 1 and, for cd-r, the first 2r left out). Times in ms, "
-                  "each the max over ranks (so the parts may add up to more than the epoch; "
+                  "the median over the steady epochs, each the max over ranks (so the parts may add up to more than the epoch; "
                   "other = what they leave unexplained, if anything), bytes in MiB (sum over "
                   "ranks), peak memory of the largest rank; speedup = epoch time of P = 1 over "
                   "this one.", "",
@@ -112,7 +117,7 @@ def markdown(table: pd.DataFrame) -> str:
                   "| test @ best val | speedup | hosts |",
                   "|" + "---|" * 20]
         for _, r in part.iterrows():
-            ms = [f"{1e3 * float(r[k]):.1f}" for k in ("mean_epoch_time_s", *SPLIT_KEYS, "time_other_s")]
+            ms = [f"{1e3 * float(r[k]):.1f}" for k in ("median_epoch_time_s", *SPLIT_KEYS, "time_other_s")]
             if r.oversubscribed:
                 ms[0] += f" {OVERSUBSCRIBED}"
             lines.append(
