@@ -22,7 +22,13 @@ Keys (P a number of parts, ALGO cd-0, cd-5 or 0c):
   algorithms-*-messages-*.txt, GAT's left out, one scale per row), same algorithm and file;
   ``messages.WIDTH.bytes``: a row of 256 columns on the wire against float32's (the codec's size);
 * ``peers.WxT``: SAR's steady epoch over our cd-0's at W workers x T threads, from the newest
-  bench/results/peers-*.txt (bench.peers), e.g. ``peers.2x1``.
+  bench/results/peers-*.txt (bench.peers), e.g. ``peers.2x1``;
+* ``vsdgl.FILE.users``, ``vsdgl.FILE.pages``: our ``distgnn train`` epoch against DGL 1.1.3's as
+  users run it and on 2 MB pages both (like for like), from bench/results/FILE.txt (bench.epoch,
+  bench.models), e.g. ``vsdgl.epoch-intel-256-2026-12-03.users``;
+* ``model.dgl.ALGO.P``, ``model.dglusers.ALGO.P``: the modelled speedup at P against DGL on one
+  socket like for like and as users run it, the model's own speedup times bench.scaling's
+  DGL_OVER_OURS (itself checked against vsdgl).
 """
 from __future__ import annotations
 
@@ -104,6 +110,17 @@ def _message_worst(width: str) -> float:
 
 
 @functools.lru_cache(maxsize=None)
+def _ours_against_dgl(stem: str) -> tuple[float, float]:
+    """(against DGL as users run it, against DGL on 2 MB pages) of the ``ours, distgnn train`` row
+    of bench/results/STEM.txt, as printed there."""
+    for line in (RESULTS / f"{stem}.txt").read_text().splitlines():
+        fields = [f.strip() for f in line.strip().strip("|").split("|")]
+        if fields[0] == "ours, distgnn train":
+            return float(fields[2].rstrip("x")), float(fields[3].rstrip("x"))
+    raise KeyError(f"no 'ours, distgnn train' row in bench/results/{stem}.txt")
+
+
+@functools.lru_cache(maxsize=None)
 def _peer_epochs() -> dict[tuple[str, str], float]:
     """{(system, "W x T"): steady epoch s} of the newest bench.peers table."""
     newest = sorted(RESULTS.glob("peers-*.txt"))[-1]
@@ -119,6 +136,11 @@ def _peer_epochs() -> dict[tuple[str, str], float]:
 def figure(key: str) -> float:
     """The source value of a figure key (module docstring); KeyError for an unknown key."""
     parts = key.split(".")
+    if parts[0] == "model" and len(parts) == 4 and parts[1] in ("dgl", "dglusers"):
+        from bench.scaling import DGL_OVER_OURS
+
+        against = "like for like (2 MB pages)" if parts[1] == "dgl" else "as users run it"
+        return figure(f"model.speedup.{parts[2]}.{parts[3]}") * DGL_OVER_OURS[against]
     if parts[0] == "model" and len(parts) == 4:
         _, what, algo, p = parts
         row = next(r for r in _model_rows(int(p)) if r["algo"] == algo)
@@ -139,6 +161,8 @@ def figure(key: str) -> float:
         field = {"epoch": "epoch_s", "bytes": "bytes"}[what]
         return (_link_median("400mbit", f"{algo} {width}", field)
                 / _link_median("400mbit", f"{algo} fp32", field))
+    if parts[0] == "vsdgl" and len(parts) == 3:
+        return _ours_against_dgl(parts[1])[{"users": 0, "pages": 1}[parts[2]]]
     if parts[0] == "peers" and len(parts) == 2:
         shape = parts[1].replace("x", " x ")
         return _peer_epochs()["sar", shape] / _peer_epochs()["ours", shape]

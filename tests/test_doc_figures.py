@@ -64,3 +64,14 @@ def test_help_texts_hold_no_history() -> None:
     hits = [f"{path.relative_to(REPO)}: {m.group(0)!r}" for path in sorted((REPO / "distgnn").rglob("*.py"))
             for m in HISTORY.finditer(path.read_text())]
     assert not hits, "\n".join(hits)
+
+
+def test_the_scaling_benchs_dgl_ratios_are_bench_epochs() -> None:
+    """bench.scaling's DGL_OVER_OURS (the model's speedups against DGL on one socket) are the
+    ratios bench.epoch measured (bench/results/epoch-intel-256-2026-12-03.txt, hidden 256)."""
+    from bench.figures import figure
+    from bench.scaling import DGL_OVER_OURS
+
+    stem = "epoch-intel-256-2026-12-03"
+    assert DGL_OVER_OURS == {"as users run it": figure(f"vsdgl.{stem}.users"),
+                             "like for like (2 MB pages)": figure(f"vsdgl.{stem}.pages")}
