@@ -38,10 +38,12 @@ wildcard_constraints:
     algo=rf"(?:{'|'.join(sorted({run_prefix(m) for m in (*BUILT_IN, config['train'].get('model', DEFAULT_MODEL))} - {''}))})?(?:{ALGO_PATTERN})(?:-root|-replicas)?",
 
 
-# train only submits (submitit) and waits: it never becomes a Slurm job itself.
+# train only submits (submitit) and waits: it never becomes a Slurm job itself. report reads the
+# runs' small summaries and draws a few plots in seconds: a Slurm job of its own would only queue.
 localrules:
     all,
     train,
+    report,
 
 
 include: "workflow/rules/common.smk"

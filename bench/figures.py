@@ -17,6 +17,8 @@ Keys (P a number of parts, ALGO cd-0, cd-5 or 0c):
   bench/results/papers-scale*.jsonl record of that stage; ``papers.rf.P``: its RF;
 * ``link.ALGO.WIDTH.epoch``, ``link.ALGO.WIDTH.bytes``: bench.link_widths over 400 Mbit/s, epoch
   and bytes per rank against the same algorithm's float32 run (bench/results/link-widths-*.json);
+* ``packing.ALGO.WIDTH``: on one host (bench.link_widths' ``one host`` runs), the % change of
+  the median epoch at WIDTH against the same algorithm's float32 run;
 * ``messages.WIDTH.worst``: the lowest test accuracy (points) of a message width against float32
   over the GraphSAGE and GCN cells of the message-precision grids (bench/results/
   algorithms-*-messages-*.txt, GAT's left out, one scale per row), same algorithm and file;
@@ -26,6 +28,10 @@ Keys (P a number of parts, ALGO cd-0, cd-5 or 0c):
 * ``vsdgl.FILE.users``, ``vsdgl.FILE.pages``: our ``distgnn train`` epoch against DGL 1.1.3's as
   users run it and on 2 MB pages both (like for like), from bench/results/FILE.txt (bench.epoch,
   bench.models), e.g. ``vsdgl.epoch-intel-256-2026-12-03.users``;
+* ``cdr.papers.gap``, ``cdr.papers.bytes``: the default cd-5 (``recompute``, budget 1) on the
+  papers twin at P = 4 against cd-0 (seeds 0-2): test accuracy points below cd-0 and forward
+  bytes in % of cd-0's, from the rows of bench/results/algorithms-papers-fresh-2026-12-02.txt
+  (cd-0) and algorithms-papers-cdr-recompute-budgets-2026-12-03.txt (the default);
 * ``model.dgl.ALGO.P``, ``model.dglusers.ALGO.P``: the modelled speedup at P against DGL on one
   socket like for like and as users run it, the model's own speedup times bench.scaling's
   DGL_OVER_OURS (itself checked against vsdgl).
@@ -121,6 +127,22 @@ def _ours_against_dgl(stem: str) -> tuple[float, float]:
 
 
 @functools.lru_cache(maxsize=None)
+def _algorithms_row(stem: str, algo: str) -> tuple[float, float]:
+    """(test accuracy %, forward MB per epoch) of the ``algo`` row of a bench.algorithms table in
+    bench/results/STEM.txt."""
+    for line in (RESULTS / f"{stem}.txt").read_text().splitlines():
+        fields = [f.strip() for f in line.strip().strip("|").split("|")]
+        if fields[0] == algo and len(fields) >= 9:
+            return float(fields[2].split()[0]), float(fields[8])
+    raise KeyError(f"no {algo!r} row in bench/results/{stem}.txt")
+
+
+#: the rows ``cdr.papers.*`` compares: cd-0 and the default cd-5 on the papers twin, P = 4
+PAPERS_CD0 = ("algorithms-papers-fresh-2026-12-02", "cd-0")
+PAPERS_DEFAULT = ("algorithms-papers-cdr-recompute-budgets-2026-12-03", "cd-5+rule=recompute+budget=1")
+
+
+@functools.lru_cache(maxsize=None)
 def _peer_epochs() -> dict[tuple[str, str], float]:
     """{(system, "W x T"): steady epoch s} of the newest bench.peers table."""
     newest = sorted(RESULTS.glob("peers-*.txt"))[-1]
@@ -161,11 +183,18 @@ def figure(key: str) -> float:
         field = {"epoch": "epoch_s", "bytes": "bytes"}[what]
         return (_link_median("400mbit", f"{algo} {width}", field)
                 / _link_median("400mbit", f"{algo} fp32", field))
+    if parts[0] == "packing" and len(parts) == 3:
+        _, algo, width = parts
+        return 100 * (_link_median("one host", f"{algo} {width}", "epoch_s")
+                      / _link_median("one host", f"{algo} fp32", "epoch_s") - 1)
     if parts[0] == "vsdgl" and len(parts) == 3:
         return _ours_against_dgl(parts[1])[{"users": 0, "pages": 1}[parts[2]]]
     if parts[0] == "peers" and len(parts) == 2:
         shape = parts[1].replace("x", " x ")
         return _peer_epochs()["sar", shape] / _peer_epochs()["ours", shape]
+    if parts[0] == "cdr" and parts[1:2] == ["papers"] and len(parts) == 3:
+        (acc0, mb0), (acc, mb) = _algorithms_row(*PAPERS_CD0), _algorithms_row(*PAPERS_DEFAULT)
+        return {"gap": acc0 - acc, "bytes": 100 * mb / mb0}[parts[2]]
     if parts[0] == "messages" and len(parts) == 3:
         _, width, what = parts
         if what == "worst":

@@ -370,8 +370,8 @@ def test_tiny_slurm_run(slurm_workdir):
     wd, proc = slurm_workdir
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    # fetch, assign, build and report went through the executor plugin as Slurm jobs...
-    assert len(re.findall(r"has been submitted with SLURM jobid", out)) == 1 + 1 + 2 + 1
+    # fetch, assign and build went through the executor plugin as Slurm jobs (report is local)...
+    assert len(re.findall(r"has been submitted with SLURM jobid", out)) == 1 + 1 + 2
     # ... and train was a local rule that submitted one submitit Slurm job of 2 ranks.
     summary = json.loads((wd / "runs/synth-reddit-x0.01/libra-2/cd-0/summary.json").read_text())
     assert summary["num_parts"] == 2

@@ -9,8 +9,8 @@ Three forms share one parser (the first positional picks the form):
   [--out DIR]``;
 * ``distgnn partition build DIR --part K [--order O] [--threads T]``.
 
-``--order`` is the parts' vertex order (:mod:`distgnn.partition.vertex_order`); it used to name
-the edge stream (``store``/``shuffle``, now ``--stream``), and those two values still mean that.
+``--order`` is the parts' vertex order (:mod:`distgnn.partition.vertex_order`); its values
+``store`` and ``shuffle``, the edge stream's earlier spelling, still name the stream (``--stream``).
 """
 from __future__ import annotations
 

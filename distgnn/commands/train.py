@@ -171,6 +171,9 @@ def interrupted(run_dir: Path | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from distgnn.thread_pinning import pin_threads_if_alone
+
+    pin_threads_if_alone()  # before torch is imported: OpenMP reads it at start-up
     from distgnn.train.config import check_config
 
     refused = refuse_before_mpi("train", lambda: check_config(config_from_args(args)))
