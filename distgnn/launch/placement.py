@@ -36,31 +36,43 @@ class Shape:
         return self.tasks_per_node * self.cpus_per_task
 
 
-def partition_nodes(partition: str | None) -> tuple[str, dict[str, int]] | None:
-    """(the partition's name, its node -> CPUs) as ``sinfo`` reports them, the cluster's default
-    partition when ``partition`` is None; None when sinfo cannot be asked (not installed, no
-    controller: the submission itself will then say why)."""
-    command = ["sinfo", "-h", "-N", "-o", "%P|%N|%c"] + (["-p", partition] if partition else [])
+def _sinfo_rows(partition: str | None, columns: str) -> tuple[dict[str, list[list[str]]], str | None, str]:
+    """``sinfo -N`` of ``partition`` (every partition when None), one row per node with the
+    ``columns`` after the partition's name (e.g. ``%N|%c``): ({partition: [the row's other
+    fields]}, the default partition, why there are none when sinfo cannot be asked)."""
+    command = ["sinfo", "-h", "-N", "-o", f"%P|{columns}"] + (["-p", partition] if partition else [])
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {}, None, f"sinfo: {exc}"
     if proc.returncode != 0:
-        return None
-    found: dict[str, dict[str, int]] = {}
+        words = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        return {}, None, words[-1] if words else f"sinfo exited with {proc.returncode}"
+    rows: dict[str, list[list[str]]] = {}
     default = None
+    width = columns.count("|") + 2
     for line in proc.stdout.splitlines():
         fields = line.strip().split("|")
-        if len(fields) != 3 or not fields[2].isdigit():
+        if len(fields) != width:
             continue
         name = fields[0].rstrip("*")
         if fields[0].endswith("*"):
             default = name
-        found.setdefault(name, {})[fields[1]] = int(fields[2])
+        rows.setdefault(name, []).append(fields[1:])
+    return rows, default, ""
+
+
+def partition_nodes(partition: str | None) -> tuple[str, dict[str, int]] | None:
+    """(the partition's name, its node -> CPUs) as ``sinfo`` reports them, the cluster's default
+    partition when ``partition`` is None; None when sinfo cannot be asked (not installed, no
+    controller: the submission itself will then say why)."""
+    rows, default, why = _sinfo_rows(partition, "%N|%c")
+    if why:
+        return None
     name = partition or default
-    if name is None or name not in found:
+    if name is None or name not in rows:
         return (partition, {}) if partition else None
-    return name, found[name]
+    return name, {node: int(cpus) for node, cpus in rows[name] if cpus.isdigit()}
 
 
 def socket_layout(partition: str | None) -> tuple[int, int] | None:
@@ -72,25 +84,11 @@ def socket_layout(partition: str | None) -> tuple[int, int] | None:
 
 def _socket_layout(partition: str | None) -> tuple[tuple[int, int] | None, str]:
     """:func:`socket_layout` and, where it is None, why (sinfo's last line, or what was missing)."""
-    command = ["sinfo", "-h", "-N", "-o", "%P|%N|%X|%Y"] + (["-p", partition] if partition else [])
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return None, f"sinfo: {exc}"
-    if proc.returncode != 0:
-        words = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
-        return None, words[-1] if words else f"sinfo exited with {proc.returncode}"
-    layouts: dict[str, list[tuple[int, int]]] = {}
-    default = None
-    for line in proc.stdout.splitlines():
-        fields = line.strip().split("|")
-        if len(fields) != 4 or not (fields[2].isdigit() and fields[3].isdigit()):
-            continue
-        name = fields[0].rstrip("*")
-        if fields[0].endswith("*"):
-            default = name
-        layouts.setdefault(name, []).append((int(fields[2]), int(fields[3])))
-    found = layouts.get(partition or default or "")
+    rows, default, why = _sinfo_rows(partition, "%N|%X|%Y")
+    if why:
+        return None, why
+    found = [(int(s), int(c)) for _, s, c in rows.get(partition or default or "", [])
+             if s.isdigit() and c.isdigit()]
     if not found:
         return None, f"sinfo lists no node of partition {partition or '(default)'}"
     return (min(s for s, _ in found), min(c for _, c in found)), ""
