@@ -11,13 +11,17 @@ host would pin their first threads to the same cores. So it is set when this pro
 rank on its host (a plain ``distgnn train``, ``mpiexec -n 1``, or a one-task Slurm step per node),
 and never when the user chose a placement (any ``OMP_PROC_BIND``, ``OMP_PLACES``,
 ``GOMP_CPU_AFFINITY`` or ``KMP_AFFINITY`` set). OpenMP reads these at start-up, so
-:func:`pin_threads_if_alone` must run before torch is imported.
+:func:`pin_threads_if_alone` must run before torch is imported; called later (``train`` from a
+Python session or a notebook, where torch is loaded already) it changes nothing: the setting would
+not reach this process's threads, yet it would bind the thread that next starts an OpenMP runtime
+(our kernels bring their own) to one CPU, and every process started from it after.
 """
 from __future__ import annotations
 
 import os
 import re
-from typing import Mapping
+import sys
+from typing import Container, Mapping
 
 #: a user's own thread placement: any of these set means we leave placement alone
 USER_PLACEMENT = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
@@ -43,9 +47,13 @@ def ranks_on_this_host(env: Mapping[str, str]) -> int | None:
     return 1  # no launcher: a process of its own
 
 
-def pin_threads_if_alone(env: os._Environ | dict = os.environ) -> bool:
+def pin_threads_if_alone(env: os._Environ | dict = os.environ,
+                         loaded: Container[str] = sys.modules) -> bool:
     """Set one thread per core (``OMP_PROC_BIND=close``, ``OMP_PLACES=cores``) in ``env`` when
-    this process is its host's only rank and the user set no placement; whether it did."""
+    this process is its host's only rank, the user set no placement and torch is not yet among the
+    ``loaded`` modules; whether it did."""
+    if "torch" in loaded:
+        return False
     if any(name in env for name in USER_PLACEMENT):
         return False
     if ranks_on_this_host(env) != 1:

@@ -194,7 +194,7 @@ def test_gather_and_scatter_add_rows(dtype: torch.dtype) -> None:
         ops.gather_rows(x, torch.tensor([50]))
 
 
-def test_dropout_matches_reference_and_keys() -> None:
+def test_dropout_matches_reference_and_keys(isa) -> None:
     gids = torch.arange(1000, 3000, dtype=torch.int64)
     mask = ops.dropout_mask(64, 0.3, seed=7, epoch=2, layer=1, global_ids=gids)
     torch.testing.assert_close(mask, ref.dropout_mask(64, 0.3, 7, 2, 1, gids), rtol=0, atol=0)
@@ -211,7 +211,79 @@ def test_dropout_matches_reference_and_keys() -> None:
     assert not torch.equal(mask[:, 0], mask[:, 1])  # columns differ
 
 
-def test_dropout_forward_backward() -> None:
+@pytest.mark.parametrize("width", [1, 37, 256])
+def test_dropout_is_the_same_bits_on_every_instruction_set(isa, width: int) -> None:
+    """The vectorised column loops (AVX-512, AVX2) draw the reference's masks exactly, float32
+    and float64, widths that do not fill a vector, 63-bit ids."""
+    gids = torch.randint(0, 2**62, (300,))
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(300, width, dtype=dtype)
+        torch.testing.assert_close(ops.dropout(x, 0.4, 3, 5, 2, gids), ref.dropout(x, 0.4, 3, 5, 2, gids),
+                                   rtol=0, atol=0)
+        torch.testing.assert_close(ops.dropout_mask(width, 0.4, 3, 5, 2, gids, dtype=dtype),
+                                   ref.dropout_mask(width, 0.4, 3, 5, 2, gids, dtype), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("width", [7, 256])
+def test_relu_dropout_is_relu_then_dropout_bit_for_bit(isa, width: int) -> None:
+    """One pass for ReLU then the keyed dropout: the values of the two ops in turn exactly, on
+    every instruction set; its gradient (read from the output, no mask drawn) equals theirs."""
+    gids = torch.randint(0, 2**40, (200,))
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(200, width, dtype=dtype, requires_grad=True)
+        fused = ops.relu_dropout(x, 0.3, 4, 6, 1, gids)
+        plain = ops.dropout(torch.relu(x), 0.3, 4, 6, 1, gids)
+        torch.testing.assert_close(fused, plain, rtol=0, atol=0)
+        torch.testing.assert_close(fused, ref.dropout(torch.relu(x), 0.3, 4, 6, 1, gids), rtol=0, atol=0)
+        g = torch.randn_like(x)
+        (got,) = torch.autograd.grad(fused, x, g)
+        (want,) = torch.autograd.grad(plain, x, g)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    x = torch.randn(30, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: ops.relu_dropout(t, 0.5, 1, 0, 3, gids[:30]), (x,))
+    nan = torch.tensor([[float("nan"), -1.0, 2.0]]).repeat(40, 1)
+    out = ops.relu_dropout(nan, 0.0001, 0, 0, 0, torch.arange(40))
+    assert torch.isnan(out[:, 0]).all() and (out[:, 1] == 0).all()  # ReLU keeps NaN, as torch's
+    assert torch.count_nonzero(ops.relu_dropout(torch.ones(4, 4), 1.0, 0, 0, 0, torch.arange(4))) == 0
+    with pytest.raises(DistgnnError, match="p must lie"):
+        ops.relu_dropout(x, 0.0, 1, 0, 3, gids[:30])
+
+
+def test_the_layer_stack_takes_relu_and_dropout_in_one_pass_with_the_same_training() -> None:
+    """GraphSAGE's forward with a dropout that offers ``after_relu`` (the trainer's keyed one)
+    uses it, and its logits and gradients equal the two-op path's exactly."""
+    from distgnn.models.sage import GraphSAGE
+
+    torch.manual_seed(0)
+    model = GraphSAGE(12, 16, 5, layers=3, dropout=0.5)
+    x, gids = torch.randn(50, 12), torch.arange(50)
+    aggregate = lambda i, h: 0.5 * h + 0.5 * h.roll(1, 0)  # noqa: E731  (any differentiable map)
+    calls = []
+
+    def plain(i, h):
+        return ops.dropout(h, 0.5, 9, 2, i, gids)
+
+    def with_fusion(i, h):
+        return ops.dropout(h, 0.5, 9, 2, i, gids)
+
+    def after_relu(i, h):
+        calls.append(i)
+        return ops.relu_dropout(h, 0.5, 9, 2, i, gids)
+
+    with_fusion.after_relu = after_relu
+    outputs = []
+    for dropout in (plain, with_fusion):
+        model.zero_grad()
+        out = model(x, aggregate, dropout)
+        out.square().sum().backward()
+        outputs.append((out.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert calls == [1, 2]
+    torch.testing.assert_close(outputs[0][0], outputs[1][0], rtol=0, atol=0)
+    for a, b in zip(outputs[0][1], outputs[1][1]):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_dropout_forward_backward(isa) -> None:
     gids = torch.randint(0, 10**9, (40,))
     x = torch.randn(40, 9, dtype=torch.float64, requires_grad=True)
     y = ops.dropout(x, 0.5, 1, 0, 3, gids)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from distgnn.thread_pinning import pin_threads_if_alone, ranks_on_this_host
+from distgnn.thread_pinning import USER_PLACEMENT, pin_threads_if_alone, ranks_on_this_host
 
 
 @pytest.mark.parametrize("env, ranks", [
@@ -29,15 +29,38 @@ def test_ranks_on_this_host(env, ranks) -> None:
 
 def test_pins_only_a_rank_alone_and_never_over_the_users_choice() -> None:
     alone: dict[str, str] = {"OMPI_COMM_WORLD_LOCAL_SIZE": "1"}
-    assert pin_threads_if_alone(alone)
+    assert pin_threads_if_alone(alone, loaded=())
     assert alone["OMP_PROC_BIND"] == "close" and alone["OMP_PLACES"] == "cores"
     shared = {"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
-    assert not pin_threads_if_alone(shared) and "OMP_PROC_BIND" not in shared
+    assert not pin_threads_if_alone(shared, loaded=()) and "OMP_PROC_BIND" not in shared
     unknown = {"PMIX_RANK": "3"}
-    assert not pin_threads_if_alone(unknown) and "OMP_PLACES" not in unknown
+    assert not pin_threads_if_alone(unknown, loaded=()) and "OMP_PLACES" not in unknown
     for name in ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY"):
         users = {name: "spread"}
-        assert not pin_threads_if_alone(users) and users == {name: "spread"}
+        assert not pin_threads_if_alone(users, loaded=()) and users == {name: "spread"}
+
+
+def test_train_called_in_a_running_python_leaves_its_threads_and_environment_alone(tmp_path) -> None:
+    """`train` run from a Python session where torch is loaded (a notebook, this test suite): the
+    placement could no longer reach torch's threads, and set anyway it bound the session's main
+    thread, and every process it started afterwards, to one CPU."""
+    assert not pin_threads_if_alone({}, loaded={"torch"})
+    probe = ("import json, os, sys\n"
+             "import torch\n"
+             "from distgnn.cli import main\n"
+             "before = sorted(os.sched_getaffinity(0))\n"
+             "main(['fetch', 'synth-reddit', '--scale', '0.002', '--root', sys.argv[1], '--name', 'g', '--quiet'])\n"
+             "main(['partition', sys.argv[1] + '/g/graph.zarr', '--parts', '1', '--out', sys.argv[1] + '/p',\n"
+             "      '--quiet'])\n"
+             "status = main(['train', sys.argv[1] + '/p', '--epochs', '1',\n"
+             "               '--out', sys.argv[1] + '/run', '--quiet'])\n"
+             "print(json.dumps([status, before, sorted(os.sched_getaffinity(0)),\n"
+             "                  os.environ.get('OMP_PROC_BIND'), os.environ.get('OMP_PLACES')]))\n")
+    env = {k: v for k, v in os.environ.items() if k not in USER_PLACEMENT + ("OMPI_COMM_WORLD_LOCAL_SIZE",)}
+    proc = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status, before, after, bind, places = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert status == 0 and after == before and (bind, places) == (None, None)
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to see two threads apart")

@@ -58,6 +58,12 @@ AggregateFn = Callable[[int, torch.Tensor], torch.Tensor]
 DropoutFn = Callable[[int, torch.Tensor], torch.Tensor]
 
 
+def first_rows(h: torch.Tensor, n: int) -> torch.Tensor:
+    """The first ``n`` rows of h [m, w] (the destinations' own rows): h itself when m == n, since
+    autograd's slice would cost a zero-filled [m, w] gradient and a copy for nothing."""
+    return h if h.shape[0] == n else h[:n]
+
+
 def linear_first(in_dim: int, out_dim: int) -> bool:
     """Whether a layer mapping ``in_dim`` to ``out_dim`` columns applies its linear map before
     aggregating (it narrows the width, as DGL's SAGEConv and GraphConv do); otherwise it
@@ -101,8 +107,12 @@ class LayerStack(nn.Module):
         if x_aggregate is not None and x.requires_grad:
             raise DistgnnError(f"{self.name}: x_aggregate needs constant input features (x requires grad)")
         h = x
+        # ReLU and the trainer's keyed dropout in one pass, where both are the stock ones
+        fused = getattr(dropout, "after_relu", None) if type(self).hidden_output is LayerStack.hidden_output else None
         for i, layer in enumerate(self.layers):
-            if i > 0:
+            if i > 0 and fused is not None:
+                h = fused(i, h)
+            elif i > 0:
                 h = self.hidden_output(i - 1, h)
                 h = dropout(i, h) if dropout is not None else F.dropout(h, self.dropout, self.training)
             h = layer(h, lambda t, i=i: aggregate(i, t), x_aggregate if i == 0 else None)

@@ -16,7 +16,7 @@ from typing import Callable, Optional
 import torch
 from torch import nn
 
-from distgnn.models.base import LayerStack
+from distgnn.models.base import LayerStack, first_rows
 
 
 class GINLayer(nn.Module):
@@ -32,7 +32,7 @@ class GINLayer(nn.Module):
                 h_aggregate: Optional[torch.Tensor] = None) -> torch.Tensor:
         """h [n_src, in_dim] -> [n_dst, out_dim]; ``h_aggregate``: ``aggregate(h)`` precomputed."""
         neigh = aggregate(h) if h_aggregate is None else h_aggregate
-        return self.apply_func((1 + self.eps) * h[:neigh.shape[0]] + neigh)
+        return self.apply_func((1 + self.eps) * first_rows(h, neigh.shape[0]) + neigh)
 
 
 class GIN(LayerStack):

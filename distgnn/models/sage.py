@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from distgnn.errors import DistgnnError
-from distgnn.models.base import LayerStack, linear_first
+from distgnn.models.base import LayerStack, first_rows, linear_first
 from distgnn.vocabulary import AGGREGATORS
 
 
@@ -74,7 +74,9 @@ class SAGELayer(nn.Module):
             h_neigh = self.fc_neigh(aggregate(h))
         if self.aggregator == "gcn":
             return h_neigh + self.bias
-        return self.fc_self(h[: h_neigh.shape[0]]) + h_neigh
+        # (fc_self's GEMM adding into h_neigh in place would save the add, but a GEMM's rounding
+        # of C + AB depends on the row count: cd-0 would then differ from one process)
+        return self.fc_self(first_rows(h, h_neigh.shape[0])) + h_neigh
 
 
 class GraphSAGE(LayerStack):

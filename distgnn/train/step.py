@@ -33,6 +33,14 @@ def keyed_dropout(ctx: RankContext, epoch: int) -> LayerFn:
         # --cdr-rule recompute the first of ctx.train_rows (the roots, then recomputed leaves)
         return ops.dropout(h, p, seed, epoch, layer, gids[:h.shape[0]], training=True,
                            threads=ctx.config.threads)
+
+    def after_relu(layer: int, h: torch.Tensor) -> torch.Tensor:
+        """apply(layer, relu(h)) in one pass (the built-in layer stack's ReLU then dropout)."""
+        if p == 0.0 or h.dtype not in (torch.float32, torch.float64):
+            return apply(layer, torch.relu(h))
+        return ops.relu_dropout(h, p, seed, epoch, layer, gids[:h.shape[0]], threads=ctx.config.threads)
+
+    apply.after_relu = after_relu  # type: ignore[attr-defined]
     return apply
 
 

@@ -144,7 +144,8 @@ void check_p(double p) {
   if (!(p >= 0.0 && p <= 1.0)) throw std::invalid_argument("dropout p must lie in [0, 1]");
 }
 
-template <typename T, typename G>
+// keyed dropout of x into out; with Relu, ReLU then dropout in the same pass
+template <typename T, typename G, bool Relu>
 void dropout_apply(Mat<const T> x, Vec<const G> gids, Mat<T> out, double p, uint64_t seed,
                    uint64_t epoch, uint64_t layer, int threads) {
   check_p(p);
@@ -154,7 +155,20 @@ void dropout_apply(Mat<const T> x, Vec<const G> gids, Mat<T> out, double p, uint
   if (static_cast<int64_t>(out.shape(0)) != n || static_cast<int64_t>(out.shape(1)) != F)
     throw std::invalid_argument("out must have the shape of x");
   nb::gil_scoped_release release;
-  distgnn::dropout::apply(x.data(), gids.data(), n, F, p, seed, epoch, layer, out.data(), threads);
+  distgnn::dropout::apply<T, G, Relu>(x.data(), gids.data(), n, F, p, seed, epoch, layer,
+                                      out.data(), threads);
+}
+
+template <typename T>
+void relu_dropout_backward(Mat<const T> grad, Mat<const T> out, Mat<T> grad_in, double p, int threads) {
+  check_p(p);
+  if (grad.shape(0) != out.shape(0) || grad.shape(1) != out.shape(1) ||
+      grad_in.shape(0) != out.shape(0) || grad_in.shape(1) != out.shape(1))
+    throw std::invalid_argument("grad, out and grad_in must have one shape");
+  nb::gil_scoped_release release;
+  distgnn::dropout::relu_dropout_backward(grad.data(), out.data(),
+                                          static_cast<int64_t>(out.shape(0) * out.shape(1)), p,
+                                          grad_in.data(), threads);
 }
 
 template <typename T, typename G>
@@ -189,10 +203,14 @@ void def_typed(nb::module_& m) {
   m.def("scatter_add_rows", &scatter_add_rows<T, I>, "x"_a.noconvert(), "rows"_a.noconvert(),
         "y"_a.noconvert(), "threads"_a = 0,
         "scatter_add_rows(x, rows, y, threads=0): y[rows[i]] += x[i] (rows may repeat).");
-  m.def("dropout_apply", &dropout_apply<T, I>, "x"_a.noconvert(), "global_ids"_a.noconvert(),
+  m.def("dropout_apply", &dropout_apply<T, I, false>, "x"_a.noconvert(), "global_ids"_a.noconvert(),
         "out"_a.noconvert(), "p"_a, "seed"_a, "epoch"_a, "layer"_a, "threads"_a = 0,
         "dropout_apply(x, global_ids, out, p, seed, epoch, layer, threads=0): out = x * mask, "
         "mask keyed by (seed, epoch, layer, global id, column), kept entries scaled by 1/(1-p).");
+  m.def("relu_dropout_apply", &dropout_apply<T, I, true>, "x"_a.noconvert(), "global_ids"_a.noconvert(),
+        "out"_a.noconvert(), "p"_a, "seed"_a, "epoch"_a, "layer"_a, "threads"_a = 0,
+        "relu_dropout_apply(x, global_ids, out, p, seed, epoch, layer, threads=0): out = "
+        "max(x, 0) * mask, the mask of dropout_apply (one pass for ReLU then dropout).");
   m.def("dropout_mask", &dropout_mask<T, I>, "global_ids"_a.noconvert(), "out"_a.noconvert(),
         "p"_a, "seed"_a, "epoch"_a, "layer"_a, "threads"_a = 0,
         "dropout_mask(global_ids, out, p, seed, epoch, layer, threads=0): out = the scaled mask.");
@@ -229,6 +247,12 @@ void register_aggregate(nb::module_& m) {
   def_typed<float, int64_t>(m);
   def_typed<double, int32_t>(m);
   def_typed<double, int64_t>(m);
+  m.def("relu_dropout_backward", &relu_dropout_backward<float>, "grad"_a.noconvert(), "out"_a.noconvert(),
+        "grad_in"_a.noconvert(), "p"_a, "threads"_a = 0,
+        "relu_dropout_backward(grad, out, grad_in, p, threads=0): grad_in = grad / (1 - p) where "
+        "out > 0, else 0 (the gradient of relu_dropout_apply through its output).");
+  m.def("relu_dropout_backward", &relu_dropout_backward<double>, "grad"_a.noconvert(), "out"_a.noconvert(),
+        "grad_in"_a.noconvert(), "p"_a, "threads"_a = 0);
   m.def("aggregate_spmm_bf16", &spmm_bf16<int32_t>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
         "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
         "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,

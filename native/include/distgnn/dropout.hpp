@@ -8,10 +8,15 @@
 //
 // mix is SplitMix64's finaliser (Steele, Lea, Flood 2014). tests/ops_reference.py repeats this in
 // numpy; the two must stay identical.
+//
+// The per-row loop is compiled for AVX-512, AVX2 and baseline x86-64 and picked at run time (the
+// same bits on every path: only the instruction set differs; distgnn/isa.hpp).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 
 #include "distgnn/common.hpp"
+#include "distgnn/isa.hpp"
 
 namespace distgnn::dropout {
 
@@ -33,24 +38,118 @@ inline uint64_t threshold(double p) {
   return static_cast<uint64_t>(p * double(1 << 24) + 0.5);
 }
 
-// out[i, c] = x[i, c] * mask(gids[i], c), or the mask itself when x is null. Rows of width F.
-template <typename T, typename G>
+// One row: o[c] = xi[c] * mask(c) (Relu: max(xi[c], 0) * mask(c), NaN kept as ReLU keeps it), or
+// the mask itself when xi is null; kv = mix(key + gid). No branches in the column loops, so the
+// compiler vectorises the 64-bit hash.
+template <typename T, bool Relu>
+__attribute__((always_inline)) inline void row_body(const T* __restrict xi, uint64_t kv, int64_t F,
+                                                    uint64_t thr, T scale, T* __restrict o) {
+  if (xi != nullptr) {
+    for (int64_t c = 0; c < F; ++c) {
+      const uint64_t h = mix(kv + static_cast<uint64_t>(c));
+      const T v = Relu ? ((xi[c] > T(0) || xi[c] != xi[c]) ? xi[c] : T(0)) : xi[c];
+      o[c] = v * ((h >> 40) >= thr ? scale : T(0));
+    }
+  } else {
+    for (int64_t c = 0; c < F; ++c) {
+      const uint64_t h = mix(kv + static_cast<uint64_t>(c));
+      o[c] = (h >> 40) >= thr ? scale : T(0);
+    }
+  }
+}
+
+template <typename T>
+using RowFn = void (*)(const T*, uint64_t, int64_t, uint64_t, T, T*);
+
+template <typename T, bool Relu>
+void row_base(const T* xi, uint64_t kv, int64_t F, uint64_t thr, T scale, T* o) {
+  row_body<T, Relu>(xi, kv, F, thr, scale, o);
+}
+#ifdef DISTGNN_DISPATCH
+template <typename T, bool Relu>
+DISTGNN_TARGET_AVX2 void row_avx2(const T* xi, uint64_t kv, int64_t F, uint64_t thr, T scale, T* o) {
+  row_body<T, Relu>(xi, kv, F, thr, scale, o);
+}
+template <typename T, bool Relu>
+DISTGNN_TARGET_AVX512 void row_avx512(const T* xi, uint64_t kv, int64_t F, uint64_t thr, T scale, T* o) {
+  row_body<T, Relu>(xi, kv, F, thr, scale, o);
+}
+#endif
+
+template <typename T, bool Relu>
+RowFn<T> pick_row() {
+#ifdef DISTGNN_DISPATCH
+  const cpu::Isa isa = cpu::detect_isa();
+  if (isa == cpu::Isa::avx512) return &row_avx512<T, Relu>;
+  if (isa == cpu::Isa::avx2) return &row_avx2<T, Relu>;
+#endif
+  return &row_base<T, Relu>;
+}
+
+// The scale of a kept entry, 1 / (1 - p) with p quantised to the draw's 24 bits (0 when p = 1).
+template <typename T>
+T keep_scale(uint64_t thr) {
+  return thr >= (uint64_t(1) << 24) ? T(0) : T(1.0 / (1.0 - double(thr) / double(1 << 24)));
+}
+
+// out[i, c] = x[i, c] * mask(gids[i], c) (Relu: max(x[i, c], 0) * mask), or the mask itself when x
+// is null. Rows of width F.
+template <typename T, typename G, bool Relu = false>
 void apply(const T* x, const G* gids, int64_t n, int64_t F, double p, uint64_t seed,
            uint64_t epoch, uint64_t layer, T* out, int threads) {
   threads = resolve_threads(threads);
   const uint64_t key = layer_key(seed, epoch, layer);
   const uint64_t thr = threshold(p);
-  const T scale = thr >= (uint64_t(1) << 24) ? T(0) : T(1.0 / (1.0 - double(thr) / double(1 << 24)));
+  const T scale = keep_scale<T>(thr);
+  const RowFn<T> row = pick_row<T, Relu>();
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t kv = mix(key + static_cast<uint64_t>(static_cast<int64_t>(gids[i])));
-    T* __restrict o = out + i * F;
-    const T* __restrict xi = x != nullptr ? x + i * F : nullptr;
-    for (int64_t c = 0; c < F; ++c) {
-      const uint64_t h = mix(kv + static_cast<uint64_t>(c));
-      const T m = (h >> 40) >= thr ? scale : T(0);
-      o[c] = xi != nullptr ? xi[c] * m : m;
-    }
+    row(x != nullptr ? x + i * F : nullptr, kv, F, thr, scale, out + i * F);
+  }
+}
+
+// The gradient of out = max(x, 0) * mask through out itself: grad_in = grad where out > 0 (a kept
+// positive entry), times the keep scale; 0 elsewhere. No mask is drawn again.
+template <typename T>
+__attribute__((always_inline)) inline void relu_grad_body(const T* __restrict grad, const T* __restrict out,
+                                                         int64_t count, T scale, T* __restrict grad_in) {
+  for (int64_t i = 0; i < count; ++i) grad_in[i] = out[i] > T(0) ? grad[i] * scale : T(0);
+}
+template <typename T>
+using GradFn = void (*)(const T*, const T*, int64_t, T, T*);
+template <typename T>
+void relu_grad_base(const T* grad, const T* out, int64_t count, T scale, T* grad_in) {
+  relu_grad_body<T>(grad, out, count, scale, grad_in);
+}
+#ifdef DISTGNN_DISPATCH
+template <typename T>
+DISTGNN_TARGET_AVX2 void relu_grad_avx2(const T* grad, const T* out, int64_t count, T scale, T* grad_in) {
+  relu_grad_body<T>(grad, out, count, scale, grad_in);
+}
+template <typename T>
+DISTGNN_TARGET_AVX512 void relu_grad_avx512(const T* grad, const T* out, int64_t count, T scale, T* grad_in) {
+  relu_grad_body<T>(grad, out, count, scale, grad_in);
+}
+#endif
+
+template <typename T>
+void relu_dropout_backward(const T* grad, const T* out, int64_t count, double p, T* grad_in,
+                           int threads) {
+  threads = resolve_threads(threads);
+  const T scale = keep_scale<T>(threshold(p));
+  GradFn<T> fn = &relu_grad_base<T>;
+#ifdef DISTGNN_DISPATCH
+  const cpu::Isa isa = cpu::detect_isa();
+  if (isa == cpu::Isa::avx512) fn = &relu_grad_avx512<T>;
+  else if (isa == cpu::Isa::avx2) fn = &relu_grad_avx2<T>;
+#endif
+  constexpr int64_t kChunk = 1 << 16;  // values per task: large, contiguous, cache-line aligned
+  const int64_t chunks = (count + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = c * kChunk, len = std::min(kChunk, count - begin);
+    fn(grad + begin, out + begin, len, scale, grad_in + begin);
   }
 }
 
