@@ -25,6 +25,9 @@ SELF_TERM_NORMS = ("gcn", "sym")
 AGGREGATORS = ("mean", "gcn")
 #: dense-work precisions (distgnn/kernels/precision.py applies them)
 PRECISIONS = ("fp32", "bf16")
+#: ``--precision`` values: a precision, or ``auto`` (bf16 where every rank's CPU multiplies
+#: bfloat16 natively, else fp32; distgnn/cpu_precision.py), resolved when the run starts
+PRECISION_CHOICES = (*PRECISIONS, "auto")
 #: how training rows travel (``--message-precision``; distgnn/kernels/message_codec.py). ``auto``:
 #: the algorithm's default (:func:`distgnn.exchange.spec.default_messages`)
 MESSAGE_PRECISIONS = ("auto", "fp32", "bf16", "int8", "int4", "int2")

@@ -61,6 +61,9 @@ def write_run(root: Path, method: str, parts: int, algo: str, epochs: int = 8,
         "peak_rss_bytes": max(x["peak_rss_bytes"] for x in lines),
         "hosts_by_rank": [f"node{k // 2 + 1:03d}" for k in range(parts)],  # two ranks a host
     }
+    if method == "random" and parts == 4:  # runs under --precision auto
+        summary["hyperparameters"]["precision"] = "bf16"
+        summary["precision_reason"] = "auto chose bf16: every host's CPU multiplies bfloat16 natively (amx_bf16)"
     (run / "summary.json").write_text(json.dumps(summary))
     return summary
 
@@ -126,7 +129,11 @@ def test_report_tables_and_plots(runs, tmp_path):
     # every row names its model (runs without one trained GraphSAGE) and apply mode in columns
     rows = [line for line in md.splitlines() if line.startswith("| libra |") or line.startswith("| random |")]
     assert all(line.split("|")[4].strip() == "sage" for line in rows), rows[0]
-    assert all(line.split("|")[5].strip() in ("root", "replicas") for line in rows), rows[0]
+    assert all(line.split("|")[6].strip() in ("root", "replicas") for line in rows), rows[0]
+    # and its precision (runs from before it: fp32), with auto's reason said once under the table
+    assert [line.split("|")[5].strip() for line in rows].count("bf16") == 3
+    assert all(line.split("|")[5].strip() == "fp32" for line in rows if not line.startswith("| random | 4 "))
+    assert md.count("precision: auto chose bf16: every host's CPU multiplies bfloat16 natively (amx_bf16)") == 1
     # the machines of each run (two ranks a host): node001 alone at P <= 2, two hosts at P = 4
     assert {line.split("|")[-2].strip() for line in rows} == {"node001", "node001, node002"}, rows
     assert set(table.hosts) == {"node001", "node001, node002"}
@@ -236,7 +243,7 @@ def test_oversubscribed_runs_are_marked_in_the_table(tmp_path):
     make_report(root, tmp_path / "out")
     table = (tmp_path / "out" / "summary.md").read_text().splitlines()
     rows = {int(line.split("|")[2]): line for line in table if line.startswith("| libra |")}
-    assert "(oversubscribed)" in rows[4].split("|")[7] and "(oversubscribed)" not in rows[1] + rows[2]
+    assert "(oversubscribed)" in rows[4].split("|")[8] and "(oversubscribed)" not in rows[1] + rows[2]
     assert any(line.startswith("(oversubscribed): a host ran more threads than it has CPUs")
                for line in table)
     assert pd.read_csv(tmp_path / "out" / "summary.csv").set_index("num_parts").oversubscribed.to_dict() \

@@ -573,25 +573,41 @@ def test_apply_refusals_and_old_layout(partitions, tmp_path: Path) -> None:
 def test_bf16_rows_halve_the_exchange_and_stay_close(partitions, tmp_path: Path) -> None:
     """--precision bf16 also gathers and exchanges bfloat16 rows: at P = 3 every training byte
     count is half of float32's (the same rows posted, 2 bytes a value), for cd-0 and for cd-3 under
-    root; the losses stay within bfloat16 rounding of float32's and of bf16 at P = 1."""
-    cases = [("cd-0", "fp32", 3), ("cd-0", "bf16", 3), ("cd-3", "fp32", 3), ("cd-3", "bf16", 3),
-             ("cd-0", "bf16", 1)]
+    root, GraphSAGE and GAT (its maps in bfloat16, its attention in float32, its partials sent in
+    bfloat16); the losses stay within bfloat16 rounding of float32's and of bf16 at P = 1.
+    --precision auto trains as the precision this CPU has natively, said in summary.json."""
+    gat = ("--model", "gat", "--heads", "4", "--hidden", "8", "--dropout", "0.6", "--lr", "0.005")
+    cases = [(model, algo, precision, parts) for model in ("sage", "gat")
+             for algo, precision, parts in (("cd-0", "fp32", 3), ("cd-0", "bf16", 3), ("cd-3", "fp32", 3),
+                                            ("cd-3", "bf16", 3), ("cd-0", "bf16", 1))]
+    cases += [("sage", "cd-0", "fp32", 1), ("sage", "cd-0", "auto", 1)]
     runs = {case: tmp_path / "-".join(map(str, case)) for case in cases}
     for parts in (3, 1):
         train_many(partitions[parts], parts, {
-            runs[algo, precision, p]: ("--algo", algo, "--epochs", 8, "--eval-every", 4,
-                                       "--precision", precision)
-            for algo, precision, p in cases if p == parts})
-    for algo in ("cd-0", "cd-3"):
-        fp32, bf16 = records(runs[algo, "fp32", 3]), records(runs[algo, "bf16", 3])
-        for a, b in zip(fp32, bf16):
-            for key in ("bytes_forward", "bytes_backward", "bytes_broadcast", "bytes_reduce"):
-                assert a[key] > 0 and b[key] * 2 == a[key], (algo, key, a["epoch"])
-            assert b["bytes_gradients"] == a["bytes_gradients"]  # the weights' allreduce: float32
-        np.testing.assert_allclose(losses(runs[algo, "bf16", 3]), losses(runs[algo, "fp32", 3]),
-                                   rtol=3e-2)
-    np.testing.assert_allclose(losses(runs["cd-0", "bf16", 3]), losses(runs["cd-0", "bf16", 1]),
-                               rtol=3e-2)
+            runs[model, algo, precision, p]: (*(gat if model == "gat" else ()), "--algo", algo,
+                                              "--epochs", 8, "--eval-every", 4, "--precision", precision)
+            for model, algo, precision, p in cases if p == parts})
+    for model in ("sage", "gat"):
+        for algo in ("cd-0", "cd-3"):
+            fp32, bf16 = records(runs[model, algo, "fp32", 3]), records(runs[model, algo, "bf16", 3])
+            for a, b in zip(fp32, bf16):
+                for key in ("bytes_forward", "bytes_backward", "bytes_broadcast", "bytes_reduce"):
+                    assert a[key] > 0 and b[key] * 2 == a[key], (model, algo, key, a["epoch"])
+                assert b["bytes_gradients"] == a["bytes_gradients"]  # the weights' allreduce: float32
+            np.testing.assert_allclose(losses(runs[model, algo, "bf16", 3]),
+                                       losses(runs[model, algo, "fp32", 3]), rtol=3e-2)
+        np.testing.assert_allclose(losses(runs[model, "cd-0", "bf16", 3]),
+                                   losses(runs[model, "cd-0", "bf16", 1]), rtol=3e-2)
+        assert json.loads((runs[model, "cd-3", "bf16", 3] / "summary.json").read_text())[
+            "hyperparameters"]["precision"] == "bf16"
+    # auto: the precision this CPU multiplies natively, the same training as asking for it
+    from distgnn.cpu_precision import native_bf16_flag
+
+    chosen = "fp32" if native_bf16_flag() is None else "bf16"
+    summary = json.loads((runs["sage", "cd-0", "auto", 1] / "summary.json").read_text())
+    assert summary["hyperparameters"]["precision"] == chosen
+    assert summary["precision_reason"].startswith(f"auto chose {chosen}")
+    assert (losses(runs["sage", "cd-0", "auto", 1]) == losses(runs["sage", "cd-0", chosen, 1])).all()
 
 
 def test_message_widths_cut_the_bytes_and_repeat_bit_for_bit(partitions, tmp_path: Path) -> None:
@@ -769,8 +785,8 @@ def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
     root run. With 4 x 16 hidden columns (wider than the 41 classes: every layer in the z form)
     cd-3 posts over any 3 steady epochs exactly cd-0's rows of one epoch; with 4 x 8 the output
     layer takes the input form (32 <= 41 columns), so its rows are narrower: fewer bytes, the same
-    every 3 epochs. cd-r on the replicas, cd-r-orig, bf16 and --heads with another model are
-    refused in one line."""
+    every 3 epochs. cd-r on the replicas, cd-r-orig and --heads with another model are refused in
+    one line."""
     common = ("--model", "gat", "--heads", "4", "--hidden", "8", "--dropout", "0.6", "--lr", "0.005",
               "--epochs", str(EPOCHS), "--eval-every", "5")
     run = {p: tmp_path / f"root-p{p}" for p in (1, 2, 3, 4)}
@@ -807,7 +823,6 @@ def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
         assert 0 < sum(r["bytes_broadcast"] for r in delayed[e:e + 3]) < exact[e]["bytes_broadcast"]
     for bad, needle in ((("--model", "gat", "--algo", "cd-5", "--apply", "replicas"), "cd-5"),
                         (("--model", "gat", "--algo", "cd-5-orig"), "cd-5-orig"),
-                        (("--model", "gat", "--precision", "bf16"), "bf16"),
                         (("--heads", "4",), "--heads")):
         proc = run_cli("train", partitions[1], *bad, "--out", tmp_path / "bad")
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and needle in proc.stderr, proc.stderr

@@ -16,7 +16,7 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
     from distgnn.models import registry
     from distgnn.options import add_threads_option
     from distgnn.train.config import TrainConfig
-    from distgnn.vocabulary import APPLY_MODES, MESSAGE_PRECISIONS, PRECISIONS
+    from distgnn.vocabulary import APPLY_MODES, MESSAGE_PRECISIONS, PRECISION_CHOICES
     from distgnn.exchange.rules import DEFAULT_RECOMPUTE_BUDGET, rule_names, rules_help
 
     d = TrainConfig()
@@ -46,9 +46,11 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                    help="checkpoint every K epochs (0: never; default: %(default)s)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     add_threads_option(p, "threads per rank", d.threads, threads_default)
-    p.add_argument("--precision", choices=PRECISIONS, default=d.precision,
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default=d.precision,
                    help="fp32, or opt-in bf16: linear layers, gathered rows and the training "
-                        "exchange in bfloat16; sums, loss, Adam and evaluation stay float32 "
+                        "exchange in bfloat16; sums, loss, Adam and evaluation stay float32; "
+                        "auto: bf16 where every rank's CPU multiplies bfloat16 natively (AMX or "
+                        "AVX512-BF16), else fp32, said in summary.json "
                         "(docs/design.md#precision; default: %(default)s)")
     p.add_argument("--message-precision", choices=MESSAGE_PRECISIONS, default=d.message_precision,
                    help="how training rows and gradients travel between ranks: fp32, bf16, or "

@@ -13,10 +13,10 @@ from distgnn.vocabulary import parse_algorithm, steady_start
 #: Epoch-time components of metrics.jsonl, in stacking order; "other" is the rest of the epoch.
 SPLIT_KEYS = ("time_aggregate_s", "time_exchange_wait_s", "time_dense_s", "time_allreduce_s")
 
-COLUMNS = ("store", "method", "num_parts", "algo", "model", "apply", "replication_factor", "mean_epoch_time_s",
+COLUMNS = ("store", "method", "num_parts", "algo", "model", "precision", "apply", "replication_factor", "mean_epoch_time_s",
            "median_epoch_time_s", *SPLIT_KEYS, "time_other_s", "bytes_forward", "bytes_backward", "bytes_gradients",
            "peak_rss_bytes", "best_val", "test_at_best_val", "final_test", "speedup_vs_p1",
-           "epochs", "slurm_job_id", "hosts", "oversubscribed")
+           "epochs", "slurm_job_id", "hosts", "oversubscribed", "precision_reason")
 
 
 #: the mark after the epoch time of a run measured with more threads than CPUs on a host
@@ -72,6 +72,8 @@ def summary_table(runs: list[Run]) -> pd.DataFrame:
         row = {k: s.get(k) for k in COLUMNS if k in s}
         row["algo"], row["apply"] = run.key[3], run.apply
         row["model"] = str(s.get("model", FIRST_MODEL))  # runs from before --model
+        row["precision"] = str((s.get("hyperparameters") or {}).get("precision", "fp32"))
+        row["precision_reason"] = str(s.get("precision_reason") or "")
         row["hosts"] = hosts_label(s.get("hosts_by_rank"))
         # runs from before it was recorded: unknown, shown unmarked
         row["oversubscribed"] = bool((s.get("placement") or {}).get("oversubscribed", False))
@@ -112,20 +114,23 @@ def markdown(table: pd.DataFrame) -> str:
                   "between their times there are machine noise. Ranks that share a machine's cores "
                   "(the demo runs P = 4 on 2 cores) cannot go faster than one rank with all of them: "
                   "a speedup below 1 there measures oversubscription, not the algorithm.", "",
-                  "| method | P | algo | model | apply | repl. factor | epoch ms | aggregate | exchange wait | dense "
-                  "| allreduce | other | fwd MiB | bwd MiB | grad MiB | peak RSS MiB | best val "
-                  "| test @ best val | speedup | hosts |",
-                  "|" + "---|" * 20]
+                  "| method | P | algo | model | precision | apply | repl. factor | epoch ms | aggregate "
+                  "| exchange wait | dense | allreduce | other | fwd MiB | bwd MiB | grad MiB | peak RSS MiB "
+                  "| best val | test @ best val | speedup | hosts |",
+                  "|" + "---|" * 21]
         for _, r in part.iterrows():
             ms = [f"{1e3 * float(r[k]):.1f}" for k in ("median_epoch_time_s", *SPLIT_KEYS, "time_other_s")]
             if r.oversubscribed:
                 ms[0] += f" {OVERSUBSCRIBED}"
             lines.append(
-                f"| {r.method} | {r.num_parts} | {r.algo} | {r.model} | {r['apply']} | {float(r.replication_factor):.3f} | "
+                f"| {r.method} | {r.num_parts} | {r.algo} | {r.model} | {r.precision} | {r['apply']} | {float(r.replication_factor):.3f} | "
                 + " | ".join(ms)
                 + f" | {_mib(r.bytes_forward)} | {_mib(r.bytes_backward)} | {_mib(r.bytes_gradients)}"
                 f" | {_mib(r.peak_rss_bytes)} | {_accuracy(r.best_val)} | {_accuracy(r.test_at_best_val)}"
                 f" | {'' if pd.isna(r.speedup_vs_p1) else f'{r.speedup_vs_p1:.2f}x'} | {r.hosts} |")
+        chosen = sorted({reason for reason in part.precision_reason if reason.startswith("auto")})
+        if chosen:
+            lines += ["", "precision: " + "; ".join(chosen) + " (--precision auto)."]
         if part.oversubscribed.any():
             lines += ["", f"{OVERSUBSCRIBED}: a host ran more threads than it has CPUs "
                           f"(summary.json's placement), so this time measures the sharing of cores, "

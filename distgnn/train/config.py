@@ -9,7 +9,8 @@ from typing import Any
 from distgnn.errors import DistgnnError
 from distgnn.models import registry
 from distgnn.options import check_threads
-from distgnn.vocabulary import CUSTOM_PREFIX, Algorithm, check_precision, parse_algorithm, resolve_apply
+from distgnn.vocabulary import (CUSTOM_PREFIX, PRECISION_CHOICES, Algorithm, parse_algorithm,
+                                resolve_apply)
 from distgnn.exchange.rules import DEFAULT_RULE, FIRST_RULE
 from distgnn.exchange.spec import ExchangeSpec, resolve_exchange, resolve_messages
 
@@ -48,7 +49,10 @@ class TrainConfig:
     resume: bool = False
     threads: int = 0
     memory_check: bool = True
+    #: fp32, bf16, or auto (resolved when the run starts: :func:`with_precision_resolved`)
     precision: str = "fp32"
+    #: why the run's precision is what it is (set with the resolution; a run setting)
+    precision_reason: str = ""
     #: how training rows travel: auto (the algorithm's default), fp32, bf16, int8, int4, int2
     #: (docs/design.md#message-precision)
     message_precision: str = "auto"
@@ -84,6 +88,7 @@ class TrainConfig:
         not apply is refused in one line. What the model contributes comes from its registry
         entry (a user's ``custom:`` module: no attention, no recomputation)."""
         model = None if self.model.startswith(CUSTOM_PREFIX) else registry.spec(self.model)
+        # auto, not yet resolved, checks as fp32: every option that holds under one holds under both
         return resolve_exchange(self.algo, self.apply, delayed_gradients=self.delayed_gradients,
                                 fresh_copies=self.fresh_copies, rule=self.cdr_rule,
                                 recompute_budget=self.recompute_budget,
@@ -91,7 +96,7 @@ class TrainConfig:
                                 layer_stack=model is not None and model.recomputes,
                                 attention=model is not None and model.attention,
                                 messages=self.message_precision, message_group=self.message_group,
-                                precision=self.precision)
+                                precision="fp32" if self.precision == "auto" else self.precision)
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
@@ -110,15 +115,13 @@ class TrainConfig:
 
 def check_attention(config: TrainConfig, algorithm: Algorithm, who: str) -> None:
     """Refuse, in one line naming ``who``, what attention cannot run under: cd-r-orig, cd-r on
-    the replicas, bf16 and integer message widths (docs/design.md#gat)."""
+    the replicas and integer message widths (docs/design.md#gat)."""
     if algorithm.paper_rule:
         raise DistgnnError(f"{who}: {algorithm.name} has no attention rule; use cd-"
                            f"{algorithm.delay} (at the root)")
     if algorithm.delay > 0 and resolve_apply(config.apply, algorithm) != "root":
         raise DistgnnError(f"{who}: {algorithm.name} on the replicas has no attention "
                            f"rule; cd-<r> runs attention at the root (--apply auto or root)")
-    if config.precision != "fp32":
-        raise DistgnnError(f"{who}: --precision bf16 is not supported for attention yet (use fp32)")
     try:  # the partials of a softmax take no integer width
         resolve_messages(algorithm, config.message_precision, config.message_group,
                          config.precision, attention=True)
@@ -149,7 +152,9 @@ def check_config(config: TrainConfig) -> ExchangeSpec:
         raise DistgnnError(f"--lr must be a positive number, got {config.lr}")
     if not config.weight_decay >= 0.0:
         raise DistgnnError(f"--weight-decay must be >= 0, got {config.weight_decay}")
-    check_precision(config.precision)
+    if config.precision not in PRECISION_CHOICES:
+        raise DistgnnError(f"--precision must be one of {', '.join(PRECISION_CHOICES)}, "
+                           f"got {config.precision!r}")
     exchange = config.exchange_spec()
     if not config.hang_timeout_s >= 0.0:
         raise DistgnnError(f"--hang-timeout must be >= 0 seconds (0: off), got {config.hang_timeout_s}")
@@ -159,3 +164,20 @@ def check_config(config: TrainConfig) -> ExchangeSpec:
             raise DistgnnError(f"{option} must be >= 0 (0: never), got {every}")
     check_threads(config.threads)
     return exchange
+
+
+def with_precision_resolved(config: TrainConfig, comm: Any) -> TrainConfig:
+    """``config`` with ``precision`` resolved for this run and ``precision_reason`` saying why
+    (docs/design.md#precision). ``auto`` asks every rank's CPU (a collective over ``comm``:
+    every rank must call it) and takes bf16 only when all multiply bfloat16 natively."""
+    import socket
+    from dataclasses import replace
+
+    from distgnn.cpu_precision import native_bf16_flag, resolve_precision
+
+    flags: dict[str, str | None] = {}
+    if config.precision == "auto":
+        for host, flag in comm.allgather((socket.gethostname(), native_bf16_flag())):
+            flags[host] = None if host in flags and flags[host] is None else flag
+    precision, reason = resolve_precision(config.precision, flags)
+    return replace(config, precision=precision, precision_reason=reason)

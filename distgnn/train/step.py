@@ -47,17 +47,25 @@ def keyed_dropout(ctx: RankContext, epoch: int) -> LayerFn:
 def attend(ctx: RankContext, epoch: int | None) -> Callable[..., torch.Tensor]:
     """GAT's ``attend(layer, z, el, er, inputs=None)`` (distgnn/models/base.py): the
     aggregation's attention, with the keyed attention dropout in a training epoch (None:
-    evaluation, no dropout)."""
+    evaluation, no dropout). Under --precision bf16 the layer's maps ran in bfloat16 and the
+    attention itself runs in float32 (its softmax sums exponentials of unlike size): z, el, er and
+    the inputs are widened on the way in, outside the dense work's autocast."""
     from distgnn.kernels.attention import AttentionDropout
 
     p, seed, gids = ctx.config.dropout, ctx.config.seed, ctx.part.local_to_global
+    widen = ctx.config.precision != "fp32"
 
     def call(layer: int, z: torch.Tensor, el: torch.Tensor, er: torch.Tensor,
              inputs: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         drop = None
         if epoch is not None and p > 0:
             drop = AttentionDropout(p, seed, epoch, layer, gids, gids)
-        return ctx.aggregation.attention(layer, z, el, er, drop, inputs)
+        if not widen:
+            return ctx.aggregation.attention(layer, z, el, er, drop, inputs)
+        z, el, er = z.float(), el.float(), er.float()
+        inputs = None if inputs is None else (inputs[0].float(), inputs[1].float())
+        with torch.autocast("cpu", enabled=False):
+            return ctx.aggregation.attention(layer, z, el, er, drop, inputs)
     return call
 
 

@@ -31,7 +31,7 @@ from distgnn.progress import is_quiet
 from distgnn.train import checkpoint as ckpt
 from distgnn.train.adam import Adam
 from distgnn.train.agreement import agreed
-from distgnn.train.config import TrainConfig, check_config
+from distgnn.train.config import TrainConfig, check_config, with_precision_resolved
 from distgnn.train.context import RankContext, check_ranks, open_rank
 from distgnn.train.shared_folder import check_shared_folder, startup_grace_s
 from distgnn.train.step import evaluate, train_step
@@ -69,6 +69,7 @@ class Trainer:
             self.startup = StartupGuard(self.comm.rank, config.hang_timeout_s,
                                         grace=startup_grace_s()).start()
         try:
+            self.config = config = with_precision_resolved(config, self.comm)
             self.assignment = check_ranks(self.partition_dir, self.comm)
         except BaseException:
             self._end_startup()
@@ -118,6 +119,8 @@ class Trainer:
         if watchdog is not None:
             watchdog.beat()  # loaded: the next report of this rank says training
         config = self.config
+        if config.precision_reason.startswith("auto"):
+            self._note(config.precision_reason)
         optimizer = Adam(ctx.model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         train_mask = ctx.part.masks["train_mask"][:ctx.rows]  # true only at roots
         global_train_count = int(self.comm.sum(int(train_mask.sum())))
@@ -238,6 +241,7 @@ class Trainer:
         summary["huge_pages"] = {"requested": self.config.huge_pages, "thp_mode": thp_mode(),
                                  "bytes_by_rank": huge}
         summary["source_tiling"] = {"mode": str(tiling.mode()), "choices_by_rank": tiles}
+        summary["precision_reason"] = self.config.precision_reason
         ckpt.atomic_torch_save({"model": ctx.model.state_dict(), "config": asdict(self.config),
                                 "in_dim": int(ctx.part.feat.shape[1]),
                                 "num_classes": ctx.num_classes}, self.run_dir / "model.pt")
