@@ -27,12 +27,16 @@ What it measures, on one machine:
    worker). distgnn runs ``distgnn train --algo cd-0`` under ``mpiexec``; SAR runs one process per
    worker (written in this file, ``--worker`` mode), gloo on 127.0.0.1 only, SAR's defaults
    (sequential rematerialisation on, pipeline depth 1).
-3. Each system alone, alternating (ours, SAR, ours, SAR, ... at each world size) for ``--repeats``
-   rounds of ``--epochs`` epochs. Per system and world size: the median of the steady epochs
-   (epoch 1 left out) over all rounds, an epoch being the slowest worker's time from zero_grad to
-   the optimiser step (no evaluation); the peak memory per worker (RSS high-water mark from
+3. Each system alone, alternating (ours, ours under ``--precision bf16``, SAR, ... at each world
+   size) for ``--repeats`` rounds of ``--epochs`` epochs; SAR runs float32, as it ships. Per
+   system and world size: the median of the steady epochs (epoch 1 left out) over all rounds, an
+   epoch being the slowest worker's time from zero_grad to the optimiser step (no evaluation);
+   the dense seconds of those epochs and the GFLOP/s the linear layers' work gives over them
+   (ours: distgnn's dense timer, which also holds ReLU, dropout, the loss and Adam; SAR: its
+   ``nn.Linear`` modules' forward and backward, timed by hooks: the narrower span, so the
+   comparison leans SAR's way); the peak memory per worker (RSS high-water mark from
    ``getrusage``: distgnn's ``peak_rss_bytes_by_rank``, the SAR workers' own figure; the largest
-   over rounds); the ratio SAR epoch / our epoch.
+   over rounds); the ratio SAR epoch / this epoch.
 4. Exactness, each printed epoch by epoch (relative loss difference): our cd-0 losses at world
    size 1 against 2 with dropout 0.5 (its keyed dropout masks do not depend on the partition;
    they must agree to 1e-5 over the first ``--exact-epochs`` epochs, else the exit status is 1);
@@ -73,6 +77,10 @@ from torch import nn
 from bench.common import MPI_ENV, Transcript, machine_line, markdown_table, run_logged, work_folder
 
 LAYERS, HIDDEN, LR, AGGREGATOR, SEED = 3, 256, 0.01, "mean", 0
+#: the timed systems, in the order each round runs them, and their table labels
+SYSTEMS = ("ours", "ours bf16", "SAR")
+LABELS = {"ours": "distgnn cd-0 (Libra)", "ours bf16": "distgnn cd-0, --precision bf16 (Libra)",
+          "SAR": "SAR (METIS), float32 as it ships"}
 #: tolerance of our world size 1 against 2 losses (relative)
 OURS_RTOL = 1e-5
 
@@ -251,16 +259,21 @@ class Run:
     losses: list[float]
     epoch_s: list[float]
     peak_rss_bytes: list[int]
+    #: per epoch, the slowest worker's seconds in the linear layers (ours: distgnn's dense
+    #: timer, which also holds ReLU, dropout, the loss and Adam; SAR: its nn.Linear modules'
+    #: forward and backward, timed by hooks)
+    dense_s: list[float]
 
 
 def run_ours(python: str, partdir: Path, parts: int, threads: int, dropout: float, epochs: int,
-             run: Path) -> Run:
-    """``mpiexec -n parts distgnn train partdir --algo cd-0`` with ``threads`` threads per rank;
-    exits with the log's tail when it fails."""
+             run: Path, precision: str = "fp32") -> Run:
+    """``mpiexec -n parts distgnn train partdir --algo cd-0 --precision precision`` with
+    ``threads`` threads per rank; exits with the log's tail when it fails."""
     cmd = ["mpiexec", "--oversubscribe", "-n", parts, python, "-m", "distgnn", "train", partdir,
            "--algo", "cd-0", "--epochs", epochs, "--layers", LAYERS, "--hidden", HIDDEN,
            "--aggregator", AGGREGATOR, "--lr", LR, "--dropout", dropout, "--seed", SEED,
-           "--threads", threads, "--eval-every", 0, "--out", run, "--quiet", "--skip-memory-check"]
+           "--threads", threads, "--eval-every", 0, "--out", run, "--quiet", "--skip-memory-check",
+           "--precision", precision]
     log = run.with_suffix(".log")
     run.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
@@ -271,7 +284,7 @@ def run_ours(python: str, partdir: Path, parts: int, threads: int, dropout: floa
     records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if l.strip()]
     summary = json.loads((run / "summary.json").read_text())
     return Run([r["loss"] for r in records], [r["epoch_time_s"] for r in records],
-               [int(b) for b in summary["peak_rss_bytes_by_rank"]])
+               [int(b) for b in summary["peak_rss_bytes_by_rank"]], [r["time_dense_s"] for r in records])
 
 
 def run_sar(python: str, sar: str, part_json: Path, world_size: int, threads: int, dropout: float,
@@ -305,10 +318,33 @@ def run_sar(python: str, sar: str, part_json: Path, world_size: int, threads: in
         sys.exit(f"failed ({procs[failed].returncode}): SAR worker {failed} of {world_size} "
                  f"({run})\n{tail(logs[failed])}")
     results = [json.loads((run / f"rank_{k}.json").read_text()) for k in range(world_size)]
-    return Run(results[0]["losses"], results[0]["epoch_s"], [r["peak_rss_bytes"] for r in results])
+    return Run(results[0]["losses"], results[0]["epoch_s"], [r["peak_rss_bytes"] for r in results],
+               results[0]["dense_s"])
 
 
 # -- the SAR worker -------------------------------------------------------------------------------
+class LinearTimer:
+    """Seconds spent in the forward and backward of every ``nn.Linear`` of a module (hooks: from
+    a module's call to its return, and from its output gradient to its input gradient), summed in
+    ``seconds``. The backward of a Linear computes its input and weight gradients in one node, so
+    both are inside the hooks' span."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.seconds = 0.0
+        self._start: dict[int, float] = {}
+        for lin in (m for m in module.modules() if isinstance(m, nn.Linear)):
+            lin.register_forward_pre_hook(self._begin)
+            lin.register_forward_hook(lambda m, _i, _o: self._end(m))
+            lin.register_full_backward_pre_hook(lambda m, _g: self._begin(m, None))
+            lin.register_full_backward_hook(lambda m, _gi, _go: self._end(m))
+
+    def _begin(self, module: nn.Module, _inputs) -> None:
+        self._start[id(module)] = time.perf_counter()
+
+    def _end(self, module: nn.Module) -> None:
+        self.seconds += time.perf_counter() - self._start.pop(id(module))
+
+
 def worker_main(argv: list[str]) -> int:
     """One SAR worker: load its DGL partition, build SAR's full-graph shard manager, train
     :class:`SARGraphSAGE` from the saved initial weights, write ``--out`` (JSON: per-epoch global
@@ -354,10 +390,12 @@ def worker_main(argv: list[str]) -> int:
     model = SARGraphSAGE(x.shape[1], HIDDEN, classes, LAYERS, a.dropout)
     model.load_state_dict(state, strict=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
+    dense = LinearTimer(model)
     model.train()
-    losses, epoch_s = [], []
+    losses, epoch_s, dense_s = [], [], []
     for _ in range(a.epochs):
         dist.barrier()
+        dense.seconds = 0.0
         start = time.perf_counter()
         optimizer.zero_grad()
         logits = model(graph, x)
@@ -367,12 +405,14 @@ def worker_main(argv: list[str]) -> int:
         total = loss.detach().clone()
         dist.all_reduce(total, op=dist.ReduceOp.SUM)
         optimizer.step()
-        elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        elapsed = torch.tensor([time.perf_counter() - start, dense.seconds], dtype=torch.float64)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         losses.append(float(total))
-        epoch_s.append(float(elapsed))
+        epoch_s.append(float(elapsed[0]))
+        dense_s.append(float(elapsed[1]))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     Path(a.out).write_text(json.dumps({"rank": a.rank, "losses": losses, "epoch_s": epoch_s,
+                                       "dense_s": dense_s,
                                        "peak_rss_bytes": peak, "n_local": int(x.shape[0]),
                                        "n_train_global": n_train}))
     dist.barrier()
@@ -388,17 +428,17 @@ def configs(cores: int) -> list[tuple[int, int]]:
 
 def timing_rounds(args, python: str, parts_ours: dict[int, Path], parts_sar: dict[int, Path],
                   init: Path, work: Path, say: Callable[[str], None]) -> dict[tuple[str, int], list[Run]]:
-    """``--repeats`` rounds; in each, at each world size, ours then SAR (each alone), dropout 0.5.
-    Runs by (system, world size)."""
+    """``--repeats`` rounds; in each, at each world size, ours, ours bf16, then SAR (each alone),
+    dropout 0.5. Runs by (system, world size)."""
     runs: dict[tuple[str, int], list[Run]] = {}
     for rnd in range(args.repeats):
         for ws, threads in configs(args.cores):
-            for system in ("ours", "SAR"):
-                name = f"{system}-ws{ws}-r{rnd}"
+            for system in SYSTEMS:
+                name = f"{system.replace(' ', '-')}-ws{ws}-r{rnd}"
                 t0 = time.perf_counter()
-                if system == "ours":
+                if system.startswith("ours"):
                     r = run_ours(python, parts_ours[ws], ws, threads, 0.5, args.epochs,
-                                 work / "runs" / name)
+                                 work / "runs" / name, "bf16" if system == "ours bf16" else "fp32")
                 else:
                     r = run_sar(python, args.sar, parts_sar[ws], ws, threads, 0.5, args.epochs, init,
                                 work / "runs" / name)
@@ -408,22 +448,26 @@ def timing_rounds(args, python: str, parts_ours: dict[int, Path], parts_sar: dic
     return runs
 
 
-def results_table(runs: dict[tuple[str, int], list[Run]], cores: int) -> str:
-    """The markdown table: per system and world size the median steady epoch (s), peak MiB per
-    worker (largest over rounds), SAR / ours epoch ratio, loss epoch 1 -> last (round 1)."""
+def results_table(runs: dict[tuple[str, int], list[Run]], cores: int, flops: float) -> str:
+    """The markdown table: per system and world size the median steady epoch (s), its dense
+    seconds and the dense GFLOP/s they give (``flops`` per epoch: the linear layers' work, the
+    same on every side), peak MiB per worker (largest over rounds), SAR epoch / this epoch, loss
+    epoch 1 -> last (round 1)."""
     rows = []
     for ws, threads in configs(cores):
-        ours = steady_median([r.epoch_s for r in runs["ours", ws]])
-        for system in ("ours", "SAR"):
+        sar = steady_median([r.epoch_s for r in runs["SAR", ws]])
+        for system in SYSTEMS:
             rs = runs[system, ws]
             med = steady_median([r.epoch_s for r in rs])
+            dense = steady_median([r.dense_s for r in rs])
             peaks = np.max(np.array([r.peak_rss_bytes for r in rs]), axis=0)
-            label = "distgnn cd-0 (Libra)" if system == "ours" else "SAR (METIS)"
-            rows.append([label, f"{ws} x {threads}", f"{med:.3f}", " / ".join(mib(b) for b in peaks),
-                         f"{med / ours:.2f}x" if system == "SAR" else "-",
+            rows.append([LABELS[system], f"{ws} x {threads}", f"{med:.3f}", f"{dense:.3f}",
+                         f"{flops / dense / 1e9:.0f}", " / ".join(mib(b) for b in peaks),
+                         "-" if system == "SAR" else f"{sar / med:.2f}x",
                          f"{rs[0].losses[0]:.4f} -> {rs[0].losses[-1]:.4f}"])
     return markdown_table(["system", "world size x threads", "epoch s (median, steady)",
-                           "peak MiB per worker", "SAR epoch / our epoch", "loss, epoch 1 -> last"], rows)
+                           "dense s", "dense GFLOP/s", "peak MiB per worker",
+                           "SAR epoch / this epoch", "loss, epoch 1 -> last"], rows)
 
 
 def exactness(args, python: str, runs: dict[tuple[str, int], list[Run]], parts_ours: dict[int, Path],
@@ -513,7 +557,14 @@ def main(argv: list[str] | None = None) -> int:
         f"({len(names)} tensors)")
     runs = timing_rounds(args, python, parts_ours, parts_sar, init, work, say)
     say("")
-    say(results_table(runs, args.cores))
+    from bench.epoch import dense_flops
+
+    dims = [int(attrs["feat_dim"])] + [HIDDEN] * (LAYERS - 1) + [int(attrs["num_classes"])]
+    flops = dense_flops(int(attrs["num_nodes"]), dims, AGGREGATOR)
+    say(results_table(runs, args.cores, flops))
+    say(f"dense GFLOP/s: the linear layers' {flops / 1e9:.0f} GFLOP per epoch (the same on every "
+        f"side) over the dense seconds: ours, distgnn's dense timer (the linear layers with ReLU, "
+        f"dropout, the loss and Adam); SAR, its nn.Linear modules' forward and backward only (hooks)")
     say("")
     ok = exactness(args, python, runs, parts_ours, parts_sar, init, work, say)
     say(f"load average after: {load_average()}; work folder {work}")
