@@ -24,7 +24,8 @@ Keys (P a number of parts, ALGO cd-0, cd-5 or 0c):
   algorithms-*-messages-*.txt, GAT's left out, one scale per row), same algorithm and file;
   ``messages.WIDTH.bytes``: a row of 256 columns on the wire against float32's (the codec's size);
 * ``peers.WxT``: SAR's steady epoch over our cd-0's at W workers x T threads, from the newest
-  bench/results/peers-*.txt (bench.peers), e.g. ``peers.2x1``;
+  bench/results/peers-*.txt (bench.peers), e.g. ``peers.2x1``; ``peers.WxT.bf16``: over our
+  cd-0's under ``--precision bf16``;
 * ``vsdgl.FILE.users``, ``vsdgl.FILE.pages``: our ``distgnn train`` epoch against DGL 1.1.3's as
   users run it and on 2 MB pages both (like for like), from bench/results/FILE.txt (bench.epoch,
   bench.models), e.g. ``vsdgl.epoch-intel-256-2026-12-03.users``;
@@ -150,7 +151,8 @@ def _peer_epochs() -> dict[tuple[str, str], float]:
     for line in newest.read_text().splitlines():
         fields = [f.strip() for f in line.strip().strip("|").split("|")]
         if len(fields) >= 3 and " x " in fields[1] and re.fullmatch(r"[0-9.,]+", fields[2]):
-            system = "ours" if fields[0].startswith("distgnn") else fields[0].split()[0].lower()
+            system = ("ours bf16" if "bf16" in fields[0] else "ours" if fields[0].startswith("distgnn")
+                      else fields[0].split()[0].lower())
             epochs[system, fields[1]] = float(fields[2].replace(",", ""))
     return epochs
 
@@ -189,9 +191,10 @@ def figure(key: str) -> float:
                       / _link_median("one host", f"{algo} fp32", "epoch_s") - 1)
     if parts[0] == "vsdgl" and len(parts) == 3:
         return _ours_against_dgl(parts[1])[{"users": 0, "pages": 1}[parts[2]]]
-    if parts[0] == "peers" and len(parts) == 2:
+    if parts[0] == "peers" and len(parts) in (2, 3):
         shape = parts[1].replace("x", " x ")
-        return _peer_epochs()["sar", shape] / _peer_epochs()["ours", shape]
+        ours = "ours bf16" if parts[2:] == ["bf16"] else "ours"
+        return _peer_epochs()["sar", shape] / _peer_epochs()[ours, shape]
     if parts[0] == "cdr" and parts[1:2] == ["papers"] and len(parts) == 3:
         (acc0, mb0), (acc, mb) = _algorithms_row(*PAPERS_CD0), _algorithms_row(*PAPERS_DEFAULT)
         return {"gap": acc0 - acc, "bytes": 100 * mb / mb0}[parts[2]]

@@ -22,7 +22,8 @@ KIND_MARKERS: dict[str, tuple[str, ...]] = {
 }
 #: kind -> (who writes it, what its files are called in a refusal)
 WRITERS = {"a run folder": ("a run", "a distgnn run"),
-           "a partition folder": ("a partition", "distgnn partitions")}
+           "a partition folder": ("a partition", "distgnn partitions"),
+           "a dataset folder": ("a graph store", "a distgnn dataset")}
 
 
 def kinds_of(names: set[str]) -> list[str]:

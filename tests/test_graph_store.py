@@ -254,6 +254,17 @@ def test_a_graph_in_memory_makes_the_store_its_npy_folder_makes(tmp_path: Path, 
         np.testing.assert_array_equal(GraphStore.open(unsplit).read(k), split.read(k))
     with pytest.raises(DistgnnError, match="exists .* force=True"):
         own.write_arrays(tmp_path / "out", "arrays", a["src"], a["dst"], a["feat"], a["label"])
+    # a folder of that name holding anything but a dataset is left as it was
+    run = tmp_path / "out" / "a-run"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")
+    (tmp_path / "out" / "notes").mkdir()
+    (tmp_path / "out" / "notes" / "todo.txt").write_text("mine")
+    for name, needle in (("a-run", "is a run folder, not a dataset folder"),
+                         ("notes", "holds files that are not a distgnn dataset")):
+        with pytest.raises(DistgnnError, match=needle):
+            own.write_arrays(tmp_path / "out", name, a["src"], a["dst"], a["feat"], a["label"], force=True)
+        assert not (tmp_path / "out" / name / "graph.zarr").exists()
     with pytest.raises(DistgnnError, match="give all of train_mask, val_mask, test_mask or none"):
         own.write_arrays(tmp_path / "out", "x", a["src"], a["dst"], a["feat"], a["label"],
                          {"train_mask": masks["train_mask"]})

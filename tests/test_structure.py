@@ -98,7 +98,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("distgnn.errors", "distgnn.vocabulary", "distgnn.options", "distgnn.atomic",
               "distgnn.progress", "distgnn.zarr_io", "distgnn.host_memory", "distgnn.preflight",
-              "distgnn.compat", "distgnn.timers", "distgnn.owned_folder")),
+              "distgnn.compat", "distgnn.timers", "distgnn.owned_folder", "distgnn.cpu_precision",
+              "distgnn.thread_pinning")),
     ("kernels", ("distgnn.kernels",)),
     ("comm", ("distgnn.comm", "distgnn.row_exchange")),
     ("stores", ("distgnn.data", "distgnn.partition")),

@@ -25,6 +25,7 @@ from distgnn.data.source import GraphSource
 from distgnn.data.splits import random_split
 from distgnn.data.store_writer import write_graph_store
 from distgnn.errors import DistgnnError
+from distgnn.owned_folder import check_owned_folder
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 #: edges handed to the writer at once
@@ -90,6 +91,8 @@ def arrays_source(src: Any, dst: Any, feat: Any, label: Any,
 
 
 def _write(graph: GraphSource, root: str | Path, name: str, force: bool) -> Path:
+    # <root>/<name> holding a run, a partition or other files is never written into
+    check_owned_folder(Path(root) / name, "a dataset folder", option="name")
     target = Path(root) / name / "graph.zarr"
     if target.exists() and not force:
         raise DistgnnError(f"{target} exists (it may hold another graph): give another name, or "
