@@ -28,7 +28,8 @@ Keys (P a number of parts, ALGO cd-0, cd-5 or 0c):
   cd-0's under ``--precision bf16``;
 * ``vsdgl.FILE.users``, ``vsdgl.FILE.pages``: our ``distgnn train`` epoch against DGL 1.1.3's as
   users run it and on 2 MB pages both (like for like), from bench/results/FILE.txt (bench.epoch,
-  bench.models), e.g. ``vsdgl.epoch-intel-256-2026-12-03.users``;
+  bench.models), e.g. ``vsdgl.epoch-intel-256-2026-12-03.users``; ``vsdgl.FILE.bf16``: its
+  ``--precision bf16`` line against DGL as users run it;
 * ``cdr.papers.gap``, ``cdr.papers.bytes``: the default cd-5 (``recompute``, budget 1) on the
   papers twin at P = 4 against cd-0 (seeds 0-2): test accuracy points below cd-0 and forward
   bytes in % of cd-0's, from the rows of bench/results/algorithms-papers-fresh-2026-12-02.txt
@@ -117,14 +118,14 @@ def _message_worst(width: str) -> float:
 
 
 @functools.lru_cache(maxsize=None)
-def _ours_against_dgl(stem: str) -> tuple[float, float]:
-    """(against DGL as users run it, against DGL on 2 MB pages) of the ``ours, distgnn train`` row
-    of bench/results/STEM.txt, as printed there."""
+def _ours_against_dgl(stem: str, row: str = "ours, distgnn train") -> tuple[float, float]:
+    """(against DGL as users run it, against DGL on 2 MB pages) of the ``row`` line of
+    bench/results/STEM.txt, as printed there."""
     for line in (RESULTS / f"{stem}.txt").read_text().splitlines():
         fields = [f.strip() for f in line.strip().strip("|").split("|")]
-        if fields[0] == "ours, distgnn train":
+        if fields[0] == row:
             return float(fields[2].rstrip("x")), float(fields[3].rstrip("x"))
-    raise KeyError(f"no 'ours, distgnn train' row in bench/results/{stem}.txt")
+    raise KeyError(f"no {row!r} row in bench/results/{stem}.txt")
 
 
 @functools.lru_cache(maxsize=None)
@@ -189,6 +190,8 @@ def figure(key: str) -> float:
         _, algo, width = parts
         return 100 * (_link_median("one host", f"{algo} {width}", "epoch_s")
                       / _link_median("one host", f"{algo} fp32", "epoch_s") - 1)
+    if parts[0] == "vsdgl" and len(parts) == 3 and parts[2] == "bf16":
+        return _ours_against_dgl(parts[1], "ours, distgnn train, bf16")[0]
     if parts[0] == "vsdgl" and len(parts) == 3:
         return _ours_against_dgl(parts[1])[{"users": 0, "pages": 1}[parts[2]]]
     if parts[0] == "peers" and len(parts) in (2, 3):

@@ -269,11 +269,15 @@ def run_ours(python: str, partdir: Path, parts: int, threads: int, dropout: floa
              run: Path, precision: str = "fp32") -> Run:
     """``mpiexec -n parts distgnn train partdir --algo cd-0 --precision precision`` with
     ``threads`` threads per rank; exits with the log's tail when it fails."""
-    cmd = ["mpiexec", "--oversubscribe", "-n", parts, python, "-m", "distgnn", "train", partdir,
-           "--algo", "cd-0", "--epochs", epochs, "--layers", LAYERS, "--hidden", HIDDEN,
-           "--aggregator", AGGREGATOR, "--lr", LR, "--dropout", dropout, "--seed", SEED,
-           "--threads", threads, "--eval-every", 0, "--out", run, "--quiet", "--skip-memory-check",
-           "--precision", precision]
+    from distgnn.launch.tasks import mpiexec_argv
+
+    # each rank bound to `threads` cores of its own, as `distgnn launch` binds them (Open MPI's
+    # default binds a rank of 2 or fewer to ONE core: a 1 x 2 run then computed on one core)
+    train = ["distgnn", "train", partdir, "--algo", "cd-0", "--epochs", epochs, "--layers", LAYERS,
+             "--hidden", HIDDEN, "--aggregator", AGGREGATOR, "--lr", LR, "--dropout", dropout,
+             "--seed", SEED, "--threads", threads, "--eval-every", 0, "--out", run, "--quiet",
+             "--skip-memory-check", "--precision", precision]
+    cmd = mpiexec_argv([str(c) for c in train], parts, parts * threads, threads)
     log = run.with_suffix(".log")
     run.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
@@ -283,6 +287,8 @@ def run_ours(python: str, partdir: Path, parts: int, threads: int, dropout: floa
         sys.exit(f"failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{tail(log)}")
     records = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if l.strip()]
     summary = json.loads((run / "summary.json").read_text())
+    if summary["placement"]["oversubscribed"]:
+        sys.exit(f"{run}: its ranks shared cores ({summary['placement']}); the timing would mislead")
     return Run([r["loss"] for r in records], [r["epoch_time_s"] for r in records],
                [int(b) for b in summary["peak_rss_bytes_by_rank"]], [r["time_dense_s"] for r in records])
 
