@@ -235,3 +235,24 @@ def test_gat_model_equals_a_stack_of_gatconv() -> None:
         h = torch.nn.functional.elu(out.flatten(1)) if i < 2 else out.mean(1)
     y = model(x, attend=_attend(indptr, indices))
     torch.testing.assert_close(y, h, rtol=1e-4, atol=1e-5)
+
+
+def test_sage_adds_its_two_maps_as_plus_does_in_either_precision() -> None:
+    """The self and neighbour maps are added into the self map's own output (no new tensor): the
+    same bits as `+` in float32, and under bf16 autocast a float32 neighbour sum still promotes
+    the result to float32 (added in place into a bfloat16 tensor it would be rounded)."""
+    from distgnn.models.base import first_rows
+    from distgnn.models.sage import SAGELayer
+
+    torch.manual_seed(0)
+    layer = SAGELayer(24, 16, "mean")
+    h = torch.randn(50, 24)
+    # any map of the rows to 30 destinations, summed in float32 as the kernel sums bfloat16 rows
+    aggregate = lambda t: t[:30].float() * 0.5 + t[20:50].float() * 0.25
+    for autocast in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            got = layer(h, aggregate)
+            h_neigh = aggregate(layer.fc_neigh(h))
+            want = layer.fc_self(first_rows(h, 30)) + h_neigh
+        assert got.dtype == want.dtype == torch.float32
+        assert torch.equal(got, want)

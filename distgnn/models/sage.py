@@ -74,9 +74,14 @@ class SAGELayer(nn.Module):
             h_neigh = self.fc_neigh(aggregate(h))
         if self.aggregator == "gcn":
             return h_neigh + self.bias
-        # (fc_self's GEMM adding into h_neigh in place would save the add, but a GEMM's rounding
-        # of C + AB depends on the row count: cd-0 would then differ from one process)
-        return self.fc_self(first_rows(h, h_neigh.shape[0])) + h_neigh
+        # h_neigh added into fc_self's fresh output: the same sums bit for bit as `a + b`, without
+        # a new [n, out] tensor (its allocation and first-touch page faults cost more than the add).
+        # (fc_self's GEMM accumulating into h_neigh would save the add too, but a GEMM's rounding
+        # of C + AB depends on the row count: cd-0 would then differ from one process.)
+        out = self.fc_self(first_rows(h, h_neigh.shape[0]))
+        # (under bf16 a float32 h_neigh must promote the sum, as `+` does: added in place only
+        # when the dtypes agree)
+        return out.add_(h_neigh) if out.dtype == h_neigh.dtype else out + h_neigh
 
 
 class GraphSAGE(LayerStack):
