@@ -127,9 +127,12 @@ def test_launch_local_failing_rank(tmp_path, monkeypatch, capsys):
     assert "probe failure on rank 1" in capsys.readouterr().err
 
 
-def test_a_watch_that_breaks_cancels_the_job(tmp_path, monkeypatch):
+@pytest.mark.parametrize("sigint", ["as started", "ignored"])
+def test_a_watch_that_breaks_cancels_the_job(tmp_path, monkeypatch, sigint):
     # Anything that ends the wait early (a bug, a test's timeout, Ctrl-C) cancels the job: no ranks
-    # left holding the allocation while the launcher is gone.
+    # left holding the allocation while the launcher is gone. Also when the launcher runs with
+    # SIGINT ignored (nohup, `cmd &` in a script): submitit cancels a local job with SIGINT, which
+    # the job would inherit ignored.
     import os
     import signal
 
@@ -147,8 +150,13 @@ def test_a_watch_that_breaks_cancels_the_job(tmp_path, monkeypatch):
         raise RuntimeError("the watch broke")
 
     monkeypatch.setattr(submit, "wait_for_tasks", broken_wait)
-    with pytest.raises(RuntimeError, match="the watch broke"):
-        launch([str(script), str(pid_file)], 1, "local", load_preset("local", PRESETS), tmp_path / "logs")
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if sigint == "ignored" else None
+    try:
+        with pytest.raises(RuntimeError, match="the watch broke"):
+            launch([str(script), str(pid_file)], 1, "local", load_preset("local", PRESETS), tmp_path / "logs")
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     pid = int(pid_file.read_text())
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

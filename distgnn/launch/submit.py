@@ -6,7 +6,9 @@ import io
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,22 @@ def submit_or_say_why(ex: submitit.AutoExecutor, task: Any, root: Path) -> Any:
                            f"nothing was submitted") from None
 
 
+
+@contextlib.contextmanager
+def sigint_reaches_the_job():
+    """Start a local job with SIGINT at its default. submitit cancels a local job with SIGINT, and
+    a launcher started with SIGINT ignored (``nohup``, ``cmd &`` in a script) would pass that on:
+    the job would ignore its cancel and its ranks outlive the launch."""
+    ignored = (threading.current_thread() is threading.main_thread()
+               and signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+    if ignored:  # a handler, unlike SIG_IGN, is reset to the default in a started program
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
 def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], folder: str | Path,
            *, job_name: str = "distgnn-train", grace_s: float | None = None,
            deadline_s: float | None = None) -> LaunchResult:
@@ -144,7 +162,8 @@ def launch(argv: list[str], ranks: int, executor: str, preset: dict[str, Any], f
         ex = submitit.AutoExecutor(folder=folder / "%j", cluster=executor)
         ex.update_parameters(name=job_name, timeout_min=int(preset.get("timeout_min", 60)),
                              tasks_per_node=1)
-        job = ex.submit(MpiexecTask(argv, ranks, local_threads(preset, ranks)))
+        with sigint_reaches_the_job():
+            job = ex.submit(MpiexecTask(argv, ranks, local_threads(preset, ranks)))
         tasks = [job]
         job_state = lambda: "DONE" if job.done() else "RUNNING"  # noqa: E731
     print(f"distgnn launch: submitted {executor} job {job.job_id} ({ranks} ranks); "
