@@ -37,10 +37,11 @@ MESSAGE_BITS = {"int8": 8, "int4": 4, "int2": 2}
 CUSTOM_PREFIX = "custom:"
 
 
-def check_precision(precision: str) -> str:
-    """``precision`` when it is one of :data:`PRECISIONS`; else one line naming the option."""
-    if precision not in PRECISIONS:
-        raise DistgnnError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+def check_precision(precision: str, allowed: tuple[str, ...] = PRECISIONS) -> str:
+    """``precision`` when it is one of ``allowed`` (the precisions that run; ``auto`` too before
+    it is resolved: :data:`PRECISION_CHOICES`); else one line naming the option."""
+    if precision not in allowed:
+        raise DistgnnError(f"--precision must be one of {', '.join(allowed)}, got {precision!r}")
     return precision
 
 

@@ -9,8 +9,8 @@ from typing import Any
 from distgnn.errors import DistgnnError
 from distgnn.models import registry
 from distgnn.options import check_threads
-from distgnn.vocabulary import (CUSTOM_PREFIX, PRECISION_CHOICES, Algorithm, parse_algorithm,
-                                resolve_apply)
+from distgnn.vocabulary import (CUSTOM_PREFIX, PRECISION_CHOICES, Algorithm, check_precision,
+                                parse_algorithm, resolve_apply)
 from distgnn.exchange.rules import DEFAULT_RULE, FIRST_RULE
 from distgnn.exchange.spec import ExchangeSpec, resolve_exchange, resolve_messages
 
@@ -152,9 +152,7 @@ def check_config(config: TrainConfig) -> ExchangeSpec:
         raise DistgnnError(f"--lr must be a positive number, got {config.lr}")
     if not config.weight_decay >= 0.0:
         raise DistgnnError(f"--weight-decay must be >= 0, got {config.weight_decay}")
-    if config.precision not in PRECISION_CHOICES:
-        raise DistgnnError(f"--precision must be one of {', '.join(PRECISION_CHOICES)}, "
-                           f"got {config.precision!r}")
+    check_precision(config.precision, PRECISION_CHOICES)
     exchange = config.exchange_spec()
     if not config.hang_timeout_s >= 0.0:
         raise DistgnnError(f"--hang-timeout must be >= 0 seconds (0: off), got {config.hang_timeout_s}")
