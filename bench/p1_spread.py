@@ -39,18 +39,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--via", choices=["launch", "train"], default="launch")
+    parser.add_argument("--algos", default=",".join(ALGOS),
+                        help="comma-separated runs of a round, repeats allowed (default: %(default)s)")
     parser.add_argument("--work", help="run folders here (default: a new temp folder)")
     args = parser.parse_args(argv)
+    algos = args.algos.split(",")
+    labels = [f"{a}#{algos[:i].count(a) + 1}" if algos.count(a) > 1 else a for i, a in enumerate(algos)]
     from distgnn.report.load import load_runs
     from distgnn.report.table import epoch_split
 
     work = Path(args.work or tempfile.mkdtemp(prefix="p1-spread-"))
     spreads = []
     for r in range(args.rounds):
-        for algo in ALGOS:
-            one_run(args.partdir, algo, work / f"round{r}" / algo, args.epochs, args.via)
-        runs = {Path(run.path).name: run for run in load_runs(work / f"round{r}")}
-        median = {a: 1000 * epoch_split(runs[a])["median_epoch_time_s"] for a in ALGOS}
+        median = {}
+        for algo, label in zip(algos, labels):  # a folder each: load_runs refuses two of one key
+            one_run(args.partdir, algo, work / f"round{r}" / label / "run", args.epochs, args.via)
+            (run,) = load_runs(work / f"round{r}" / label)
+            median[label] = 1000 * epoch_split(run)["median_epoch_time_s"]
         spread = 100 * (max(median.values()) / min(median.values()) - 1)
         spreads.append(spread)
         load = Path("/proc/loadavg").read_text().split()[0]
