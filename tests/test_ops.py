@@ -249,6 +249,32 @@ def test_relu_dropout_is_relu_then_dropout_bit_for_bit(isa, width: int) -> None:
         ops.relu_dropout(x, 0.0, 1, 0, 3, gids[:30])
 
 
+@pytest.mark.parametrize("width", [7, 256])
+def test_relu_dropout_of_bf16_rows_is_the_float32_pass_cast_to_bf16(isa, width: int) -> None:
+    """bfloat16 rows (--precision bf16's layer outputs): the float32 computation of ReLU then the
+    keyed dropout, rounded to bfloat16 as torch rounds (nearest even, a NaN stays NaN), on every
+    instruction set; the gradient likewise, the float32 one (from the float32 output) rounded."""
+    gids = torch.randint(0, 2**40, (300,))
+    x = torch.randn(300, width).to(torch.bfloat16)
+    x[0, 0], x[1, 0], x[2, 0] = float("nan"), float("inf"), -float("inf")
+    x[3] = 3e38  # rounding a scaled value past bfloat16's largest gives an infinity
+    x = x.requires_grad_()
+    fused = ops.relu_dropout(x, 0.3, 4, 6, 1, gids)
+    wide = ref.dropout(torch.relu(x.detach().float()), 0.3, 4, 6, 1, gids)
+    assert fused.dtype == torch.bfloat16
+    nan = torch.isnan(wide)  # (torch's own casts give NaN as 0xffff or 0x7fc0: any quiet NaN)
+    assert torch.equal(torch.isnan(fused.detach()), nan) and nan[0, 0]
+    torch.testing.assert_close(fused.detach().view(torch.int16)[~nan],
+                               wide.to(torch.bfloat16).view(torch.int16)[~nan], rtol=0, atol=0)
+    assert fused[3].isinf().any()
+    g = torch.randn(300, width).to(torch.bfloat16)
+    (got,) = torch.autograd.grad(fused, x, g)
+    scale = torch.tensor(1 / (1 - round(0.3 * 2**24) / 2**24), dtype=torch.float32)
+    want = torch.where(wide > 0, g.float() * scale, 0.0).to(torch.bfloat16)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.view(torch.int16), want.view(torch.int16), rtol=0, atol=0)
+
+
 def test_the_layer_stack_takes_relu_and_dropout_in_one_pass_with_the_same_training() -> None:
     """GraphSAGE's forward with a dropout that offers ``after_relu`` (the trainer's keyed one)
     uses it, and its logits and gradients equal the two-op path's exactly."""

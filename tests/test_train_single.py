@@ -107,6 +107,55 @@ def test_bf16_dense_work_is_close_to_fp32_but_not_identical(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_bf16_inputs_cast_once_train_as_autocast_casting_every_call(tmp_path: Path, monkeypatch,
+                                                                      model: str) -> None:
+    """Under --precision bf16 a model that ``takes_bf16_input`` gets layer 0's features and
+    input cache in bfloat16, cast once (distgnn/train/context.py): its losses equal, bit for bit,
+    those of the same model fed float32 and cast by autocast on every call, with layer 0 linear
+    before (602 -> 32) and after (602 -> 640) aggregation."""
+    from distgnn.cli import main
+    from distgnn.models.registry import spec
+    from distgnn.train import context
+
+    folder = one_part(tmp_path, "synth-reddit", 0.005)
+    cls = type(spec(model).build(602, 32, 41, 2, 0.5))
+    dtypes = []
+    original = context.cast_constant_inputs
+    monkeypatch.setattr(context, "cast_constant_inputs",
+                        lambda ctx, dtype: (original(ctx, dtype), dtypes.append(ctx.x.dtype)))
+    for hidden in ("32", "640"):
+        losses = {}
+        for once in (True, False):
+            monkeypatch.setattr(cls, "takes_bf16_input", once)
+            run = tmp_path / f"{model}-h{hidden}-{once}"
+            assert main(["train", str(folder), "--model", model, "--epochs", "4", "--hidden", hidden,
+                         "--eval-every", "0", "--threads", "1", "--out", str(run), "--quiet",
+                         "--precision", "bf16"]) == 0
+            losses[once] = [json.loads(l)["loss"] for l in (run / "metrics.jsonl").read_text().splitlines()]
+        assert losses[True] == losses[False], (hidden, losses)
+    assert dtypes == [torch.bfloat16, torch.bfloat16]  # cast once per run that takes it
+
+
+def test_bf16_hidden_layers_take_bfloat16_rows_from_the_fused_relu_dropout(tmp_path: Path) -> None:
+    """Under --precision bf16 the trainer's dropout (float32 on its own) still offers the layer
+    stack its fused ReLU + dropout, which keeps a bfloat16 layer output in bfloat16: every hidden
+    layer of GraphSAGE receives bfloat16 rows in training, none cast back to float32."""
+    from distgnn import train_model
+    from distgnn.models.sage import GraphSAGE
+
+    folder = one_part(tmp_path, "synth-reddit", 0.005)
+    model = GraphSAGE(602, 32, 41, layers=3, dropout=0.5)
+    seen = []
+    for layer in model.layers[1:]:
+        layer.register_forward_pre_hook(lambda module, args: seen.append((module.training, args[0].dtype)))
+    train_model(folder, model, out=tmp_path / "run", epochs=2, eval_every=0, threads=1,
+                precision="bf16")
+    training = [dtype for is_training, dtype in seen if is_training]
+    assert len(training) == 4 and set(training) == {torch.bfloat16}, seen
+
+
+@pytest.mark.slow
 def test_input_cache_equals_aggregating_every_epoch(tmp_path: Path) -> None:
     """Layer 0's aggregate of the input computed once (the default) gives the per-epoch losses
     and accuracies of --no-input-cache to float tolerance, with layer 0 linear before (602 -> 32)

@@ -384,13 +384,20 @@ class _Dropout(torch.autograd.Function):
         return out, None, None, None, None
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A bfloat16 tensor as the int16 view of its bits (what the native kernels take); others as
+    they are."""
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+
+
 class _ReluDropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, p: float, key: Tuple[int, int, int],
                 gids: torch.Tensor, threads: int) -> torch.Tensor:
         ctx.p, ctx.threads = p, threads
         out = POOL.empty(tuple(x.shape), x.dtype)   # the kernel writes every entry
-        _native.relu_dropout_apply(x.contiguous(), gids, out, p, *key, thread_count(threads))
+        apply = _native.relu_dropout_apply_bf16 if x.dtype == torch.bfloat16 else _native.relu_dropout_apply
+        apply(_bits(x.contiguous()), gids, _bits(out), p, *key, thread_count(threads))
         ctx.save_for_backward(out)  # the next layer keeps it anyway: no memory of its own
         return out
 
@@ -398,7 +405,10 @@ class _ReluDropout(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
         (out,) = ctx.saved_tensors
         grad_in = POOL.empty(tuple(out.shape), out.dtype)
-        _native.relu_dropout_backward(grad.contiguous(), out, grad_in, ctx.p, thread_count(ctx.threads))
+        backward = (_native.relu_dropout_backward_bf16 if out.dtype == torch.bfloat16
+                    else _native.relu_dropout_backward)
+        backward(_bits(grad.to(out.dtype).contiguous()), _bits(out), _bits(grad_in), ctx.p,
+                 thread_count(ctx.threads))
         return grad_in, None, None, None, None
 
 
@@ -406,11 +416,13 @@ def relu_dropout(x: torch.Tensor, p: float, seed: int, epoch: int, layer: int, g
                  threads: int = 0) -> torch.Tensor:
     """``dropout(relu(x), ...)`` in one pass over x [n, F] (float32/float64), the same values bit for
     bit; its backward reads only the output (an entry passes its gradient, scaled, where the
-    output is positive) and draws no mask. Training only (p > 0)."""
+    output is positive) and draws no mask. bfloat16 x: computed in float32, the output (and the
+    input's gradient) rounded to bfloat16, the bits of the float32 computation cast to bfloat16.
+    Training only (p > 0)."""
     if not 0.0 < p <= 1.0:
         raise DistgnnError(f"relu_dropout: p must lie in (0, 1], got {p}")
-    if x.dtype not in _FLOATS or x.dim() != 2:
-        raise DistgnnError("relu_dropout: x must be a 2-D float32 or float64 tensor")
+    if x.dtype not in _ROWS or x.dim() != 2:
+        raise DistgnnError("relu_dropout: x must be a 2-D float32, float64 or bfloat16 tensor")
     return _ReluDropout.apply(x, float(p), _check_key(seed, epoch, layer),
                               _check_gids(global_ids, x.shape[0]), threads)
 

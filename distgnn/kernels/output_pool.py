@@ -29,8 +29,8 @@ import torch
 from distgnn.host_memory import proc_kib_field
 
 
-#: dtypes an output may have (numpy can view a block as these)
-_NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
+#: dtypes an output may have, as numpy views a block (bfloat16: its bits as int16)
+_NUMPY = {torch.float32: np.float32, torch.float64: np.float64, torch.bfloat16: np.int16}
 #: environment variable that turns reuse off (``0``) for a process
 REUSE_ENV = "DISTGNN_REUSE_OUTPUTS"
 
@@ -71,7 +71,8 @@ class OutputPool:
                 self._blocks.setdefault(nbytes, []).append(block)
             view = block.memory.view(_NUMPY[dtype]).reshape(shape)
             block.user, block.handed_out = weakref.ref(view), self._requests
-        return torch.from_numpy(view)
+        out = torch.from_numpy(view)
+        return out.view(dtype) if out.dtype != dtype else out
 
     def idle_bytes(self) -> int:
         """Bytes of the blocks nothing uses now."""

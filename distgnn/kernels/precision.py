@@ -5,7 +5,10 @@
 aggregation gathers are bfloat16 too (:func:`in_dtype`: the layer input is cast once, the kernel
 widens each row exactly and sums in float32, so a sum's error is the rows' rounding only); the
 training exchange carries bfloat16 rows (``--message-precision auto``: half the bytes,
-counted as sent). Dropout, the loss, the optimizer state and the layer-0 input cache stay float32.
+counted as sent). Dropout, the loss and the optimizer state stay float32; ReLU and dropout between
+layers compute in float32 and keep a bfloat16 layer output in bfloat16 (the next layer would cast
+it anyway); a model that ``takes_bf16_input`` gets layer 0's features and input cache in
+bfloat16, cast once.
 The effect on accuracy is measured by ``bench/precision.py``; it is never counted toward float32
 speed targets.
 """
@@ -37,11 +40,14 @@ def in_dtype(fn: LayerFn, dtype: torch.dtype) -> LayerFn:
     return call
 
 
-def in_float32(fn: LayerFn) -> LayerFn:
+def in_float32(fn: LayerFn, keep: tuple[str, ...] = ()) -> LayerFn:
     """``fn(i, h)`` called with h cast to float32 (a no-op for float32 input; autograd casts the
-    gradient back)."""
+    gradient back); the attributes of ``fn`` named in ``keep`` carried over unchanged."""
 
     def call(i: int, h: torch.Tensor) -> torch.Tensor:
         return fn(i, h if h.dtype == torch.float32 else h.float())
 
+    for name in keep:
+        if hasattr(fn, name):
+            setattr(call, name, getattr(fn, name))
     return call

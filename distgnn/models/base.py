@@ -39,7 +39,11 @@ Three attributes tell the trainer how to run it (and ``uses_attention``, above):
   False (always correct, a broadcast more);
 * ``takes_input_aggregate``: the forward uses ``x_aggregate`` when given, in place of layer 0's
   aggregation (the built-in models do: layer 0's map is linear, so aggregating x first gives the
-  same result whichever side the map runs on); default False.
+  same result whichever side the map runs on); default False;
+* ``takes_bf16_input``: layer 0 reads ``x`` and ``x_aggregate`` only through linear maps and
+  ``aggregate``, which take them in bfloat16 anyway under ``--precision bf16``: the trainer then
+  casts both once, before the first epoch, instead of autocast casting them on every call (the
+  same values; built-in GraphSAGE and GCN). Default False (float32, cast where used).
 """
 from __future__ import annotations
 
@@ -79,6 +83,7 @@ class LayerStack(nn.Module):
     norm: str = "sum"
     aggregates_input_first: bool = False
     takes_input_aggregate: bool = True
+    takes_bf16_input: bool = False
 
     def __init__(self, name: str, layers: int, dropout: float) -> None:
         super().__init__()

@@ -42,6 +42,7 @@ class GCN(LayerStack):
     """``layers`` graph convolutions in_dim -> hidden -> ... -> out_dim, ReLU and dropout between."""
 
     norm = "sym"
+    takes_bf16_input = True  # layer 0: x and x_aggregate meet only linear maps and aggregate
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  dropout: float = 0.5) -> None:

@@ -88,6 +88,8 @@ class GraphSAGE(LayerStack):
     """``layers`` SAGE layers in_dim -> hidden -> ... -> out_dim, ReLU and dropout between layers
     (the forward pass and its callables: :class:`distgnn.models.base.LayerStack`)."""
 
+    takes_bf16_input = True  # layer 0: x and x_aggregate meet only linear maps and aggregate
+
     def __init__(self, in_dim: int, hidden: int, out_dim: int, layers: int = 2,
                  aggregator: str = "mean", dropout: float = 0.5) -> None:
         super().__init__("GraphSAGE", layers, dropout)

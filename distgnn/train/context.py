@@ -49,10 +49,12 @@ class RankContext:
     aggregation: Aggregation
     timers: Timers
     rows: int                    #: rows the dense work runs on (roots, or every local vertex)
-    x: torch.Tensor              #: float32 [rows, F]: the stored features of those rows
+    #: [rows, F]: the stored features of those rows (float32; bfloat16 under --precision bf16
+    #: for a model that ``takes_bf16_input``, and so the input cache)
+    x: torch.Tensor
     multilabel: bool
     num_classes: int
-    #: float32 [rows, F]: layer 0's exact aggregate of the features (the input cache), or None
+    #: [rows, F]: layer 0's exact aggregate of the features (the input cache; dtype as x), or None
     input_aggregate: torch.Tensor | None = None
     input_cache_time_s: float = 0.0
     #: ``--cdr-rule recompute`` (else None): int64 [n]: the local ids layer 0 runs on in training
@@ -146,7 +148,20 @@ def open_rank(partition_dir: str | os.PathLike, config: TrainConfig, comm: Commu
             ctx.train_input_aggregate = aggregation.training_input_aggregate(ctx.input_aggregate)
         timers.reset()
         ctx.input_cache_time_s = comm.max(time.perf_counter() - start)
+    if config.precision == "bf16" and getattr(model, "takes_bf16_input", False):
+        cast_constant_inputs(ctx, torch.bfloat16)
     return ctx
+
+
+def cast_constant_inputs(ctx: RankContext, dtype: torch.dtype) -> None:
+    """Layer 0's constant inputs (the features, the input cache, their training rows) in
+    ``dtype`` once, for a model whose layer 0 would cast them on every call anyway
+    (``takes_bf16_input``, distgnn/models/base.py): the same values, without a cast of a
+    [rows, F] table in every epoch's forward."""
+    for name in ("x", "input_aggregate", "train_x", "train_input_aggregate"):
+        value = getattr(ctx, name)
+        if value is not None:
+            setattr(ctx, name, value.to(dtype))
 
 
 def check_memory(partition_dir: Path, config: TrainConfig, comm: Communicator) -> None:

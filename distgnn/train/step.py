@@ -36,7 +36,7 @@ def keyed_dropout(ctx: RankContext, epoch: int) -> LayerFn:
 
     def after_relu(layer: int, h: torch.Tensor) -> torch.Tensor:
         """apply(layer, relu(h)) in one pass (the built-in layer stack's ReLU then dropout)."""
-        if p == 0.0 or h.dtype not in (torch.float32, torch.float64):
+        if p == 0.0 or h.dtype not in (torch.float32, torch.float64, torch.bfloat16):
             return apply(layer, torch.relu(h))
         return ops.relu_dropout(h, p, seed, epoch, layer, gids[:h.shape[0]], threads=ctx.config.threads)
 
@@ -75,7 +75,9 @@ def forward(ctx: RankContext, dropout: LayerFn | None, epoch: int | None = None)
     precision = ctx.config.precision
     aggregate = in_dtype(ctx.aggregation, torch.bfloat16) if precision == "bf16" else ctx.aggregation
     if dropout is not None and precision != "fp32":
-        dropout = in_float32(dropout)
+        # dropout alone runs in float32; ReLU then dropout (the layer stack's fused pass) keeps a
+        # bfloat16 layer output in bfloat16 for the next layer's maps and aggregation
+        dropout = in_float32(dropout, keep=("after_relu",))
     cached, x = ctx.input_aggregate, ctx.x
     if ctx.aggregation.training and not ctx.exchange.trains_on_input_cache(ctx.comm.size):
         cached = None

@@ -144,16 +144,19 @@ void check_p(double p) {
   if (!(p >= 0.0 && p <= 1.0)) throw std::invalid_argument("dropout p must lie in [0, 1]");
 }
 
+// x [n, F], one global id per row, out the shape of x, p in [0, 1]
+void check_dropout_shapes(size_t n, size_t F, size_t n_gids, size_t out_n, size_t out_F, double p) {
+  check_p(p);
+  if (n_gids != n) throw std::invalid_argument("global_ids must have x.shape[0] entries");
+  if (out_n != n || out_F != F) throw std::invalid_argument("out must have the shape of x");
+}
+
 // keyed dropout of x into out; with Relu, ReLU then dropout in the same pass
 template <typename T, typename G, bool Relu>
 void dropout_apply(Mat<const T> x, Vec<const G> gids, Mat<T> out, double p, uint64_t seed,
                    uint64_t epoch, uint64_t layer, int threads) {
-  check_p(p);
+  check_dropout_shapes(x.shape(0), x.shape(1), gids.shape(0), out.shape(0), out.shape(1), p);
   const int64_t n = static_cast<int64_t>(x.shape(0)), F = static_cast<int64_t>(x.shape(1));
-  if (static_cast<int64_t>(gids.shape(0)) != n)
-    throw std::invalid_argument("global_ids must have x.shape[0] entries");
-  if (static_cast<int64_t>(out.shape(0)) != n || static_cast<int64_t>(out.shape(1)) != F)
-    throw std::invalid_argument("out must have the shape of x");
   nb::gil_scoped_release release;
   distgnn::dropout::apply<T, G, Relu>(x.data(), gids.data(), n, F, p, seed, epoch, layer,
                                       out.data(), threads);
@@ -166,9 +169,35 @@ void relu_dropout_backward(Mat<const T> grad, Mat<const T> out, Mat<T> grad_in, 
       grad_in.shape(0) != out.shape(0) || grad_in.shape(1) != out.shape(1))
     throw std::invalid_argument("grad, out and grad_in must have one shape");
   nb::gil_scoped_release release;
-  distgnn::dropout::relu_dropout_backward(grad.data(), out.data(),
+  distgnn::dropout::relu_dropout_backward<T>(grad.data(), out.data(),
                                           static_cast<int64_t>(out.shape(0) * out.shape(1)), p,
                                           grad_in.data(), threads);
+}
+
+// ReLU then keyed dropout of bfloat16 rows (their raw bits, int16) into bfloat16 rows, in float32
+// arithmetic: the bits of relu_dropout_apply in float32 followed by a cast to bfloat16.
+template <typename G>
+void relu_dropout_apply_bf16(Mat<const int16_t> x, Vec<const G> gids, Mat<int16_t> out, double p,
+                             uint64_t seed, uint64_t epoch, uint64_t layer, int threads) {
+  check_dropout_shapes(x.shape(0), x.shape(1), gids.shape(0), out.shape(0), out.shape(1), p);
+  const int64_t n = static_cast<int64_t>(x.shape(0)), F = static_cast<int64_t>(x.shape(1));
+  nb::gil_scoped_release release;
+  distgnn::dropout::apply<float, G, true, uint16_t>(reinterpret_cast<const uint16_t*>(x.data()),
+                                                    gids.data(), n, F, p, seed, epoch, layer,
+                                                    reinterpret_cast<uint16_t*>(out.data()), threads);
+}
+
+void relu_dropout_backward_bf16(Mat<const int16_t> grad, Mat<const int16_t> out, Mat<int16_t> grad_in,
+                                double p, int threads) {
+  check_p(p);
+  if (grad.shape(0) != out.shape(0) || grad.shape(1) != out.shape(1) ||
+      grad_in.shape(0) != out.shape(0) || grad_in.shape(1) != out.shape(1))
+    throw std::invalid_argument("grad, out and grad_in must have one shape");
+  nb::gil_scoped_release release;
+  distgnn::dropout::relu_dropout_backward<float, uint16_t>(
+      reinterpret_cast<const uint16_t*>(grad.data()), reinterpret_cast<const uint16_t*>(out.data()),
+      static_cast<int64_t>(out.shape(0) * out.shape(1)), p, reinterpret_cast<uint16_t*>(grad_in.data()),
+      threads);
 }
 
 template <typename T, typename G>
@@ -179,7 +208,7 @@ void dropout_mask(Vec<const G> gids, Mat<T> out, double p, uint64_t seed, uint64
   if (static_cast<int64_t>(gids.shape(0)) != n)
     throw std::invalid_argument("global_ids must have out.shape[0] entries");
   nb::gil_scoped_release release;
-  distgnn::dropout::apply(static_cast<const T*>(nullptr), gids.data(), n, F, p, seed, epoch,
+  distgnn::dropout::apply<T>(static_cast<const T*>(nullptr), gids.data(), n, F, p, seed, epoch,
                           layer, out.data(), threads);
 }
 
@@ -253,6 +282,19 @@ void register_aggregate(nb::module_& m) {
         "out > 0, else 0 (the gradient of relu_dropout_apply through its output).");
   m.def("relu_dropout_backward", &relu_dropout_backward<double>, "grad"_a.noconvert(), "out"_a.noconvert(),
         "grad_in"_a.noconvert(), "p"_a, "threads"_a = 0);
+  m.def("relu_dropout_apply_bf16", &relu_dropout_apply_bf16<int32_t>, "x"_a.noconvert(),
+        "global_ids"_a.noconvert(), "out"_a.noconvert(), "p"_a, "seed"_a, "epoch"_a, "layer"_a,
+        "threads"_a = 0,
+        "relu_dropout_apply_bf16(x, global_ids, out, p, seed, epoch, layer, threads=0): "
+        "relu_dropout_apply on bfloat16 rows (int16 views of their bits), computed in float32 and "
+        "rounded to nearest even.");
+  m.def("relu_dropout_apply_bf16", &relu_dropout_apply_bf16<int64_t>, "x"_a.noconvert(),
+        "global_ids"_a.noconvert(), "out"_a.noconvert(), "p"_a, "seed"_a, "epoch"_a, "layer"_a,
+        "threads"_a = 0);
+  m.def("relu_dropout_backward_bf16", &relu_dropout_backward_bf16, "grad"_a.noconvert(),
+        "out"_a.noconvert(), "grad_in"_a.noconvert(), "p"_a, "threads"_a = 0,
+        "relu_dropout_backward_bf16(grad, out, grad_in, p, threads=0): relu_dropout_backward on "
+        "bfloat16 rows (int16 views), computed in float32 and rounded to nearest even.");
   m.def("aggregate_spmm_bf16", &spmm_bf16<int32_t>, "indptr"_a.noconvert(), "indices"_a.noconvert(),
         "x"_a.noconvert(), "y"_a.noconvert(), "scale"_a.noconvert() = nb::none(),
         "self"_a.noconvert() = nb::none(), "threads"_a = 0, "chunk_edges"_a = 0, "block"_a = 0,

@@ -14,6 +14,8 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "distgnn/common.hpp"
 #include "distgnn/isa.hpp"
@@ -38,52 +40,81 @@ inline uint64_t threshold(double p) {
   return static_cast<uint64_t>(p * double(1 << 24) + 0.5);
 }
 
+// bfloat16 values are stored as their 16 raw bits (S = uint16_t) and computed on in float32: a
+// load widens exactly, a store rounds to nearest even as torch's float -> bfloat16 cast does
+// (a NaN becomes the quiet NaN 0x7fc0), so a kernel over bfloat16 gives the bits of the same
+// computation in float32 followed by `.to(torch.bfloat16)`, NaN payloads aside.
+template <typename T, typename S>
+__attribute__((always_inline)) inline T load(S v) {
+  if constexpr (std::is_same_v<S, uint16_t>) {
+    const uint32_t bits = static_cast<uint32_t>(v) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  } else {
+    return v;
+  }
+}
+
+template <typename S, typename T>
+__attribute__((always_inline)) inline S store(T v) {
+  if constexpr (std::is_same_v<S, uint16_t>) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    return static_cast<uint16_t>(v != v ? 0x7fc0u : rounded);
+  } else {
+    return v;
+  }
+}
+
 // One row: o[c] = xi[c] * mask(c) (Relu: max(xi[c], 0) * mask(c), NaN kept as ReLU keeps it), or
-// the mask itself when xi is null; kv = mix(key + gid). No branches in the column loops, so the
-// compiler vectorises the 64-bit hash.
-template <typename T, bool Relu>
-__attribute__((always_inline)) inline void row_body(const T* __restrict xi, uint64_t kv, int64_t F,
-                                                    uint64_t thr, T scale, T* __restrict o) {
+// the mask itself when xi is null; kv = mix(key + gid). Values are S in memory and T in the
+// arithmetic (above). No branches in the column loops, so the compiler vectorises the 64-bit hash.
+template <typename T, bool Relu, typename S = T>
+__attribute__((always_inline)) inline void row_body(const S* __restrict xi, uint64_t kv, int64_t F,
+                                                    uint64_t thr, T scale, S* __restrict o) {
   if (xi != nullptr) {
     for (int64_t c = 0; c < F; ++c) {
       const uint64_t h = mix(kv + static_cast<uint64_t>(c));
-      const T v = Relu ? ((xi[c] > T(0) || xi[c] != xi[c]) ? xi[c] : T(0)) : xi[c];
-      o[c] = v * ((h >> 40) >= thr ? scale : T(0));
+      const T x = load<T>(xi[c]);
+      const T v = Relu ? ((x > T(0) || x != x) ? x : T(0)) : x;
+      o[c] = store<S>(v * ((h >> 40) >= thr ? scale : T(0)));
     }
   } else {
     for (int64_t c = 0; c < F; ++c) {
       const uint64_t h = mix(kv + static_cast<uint64_t>(c));
-      o[c] = (h >> 40) >= thr ? scale : T(0);
+      o[c] = store<S>((h >> 40) >= thr ? scale : T(0));
     }
   }
 }
 
-template <typename T>
-using RowFn = void (*)(const T*, uint64_t, int64_t, uint64_t, T, T*);
+template <typename T, typename S = T>
+using RowFn = void (*)(const S*, uint64_t, int64_t, uint64_t, T, S*);
 
-template <typename T, bool Relu>
-void row_base(const T* xi, uint64_t kv, int64_t F, uint64_t thr, T scale, T* o) {
-  row_body<T, Relu>(xi, kv, F, thr, scale, o);
+template <typename T, bool Relu, typename S>
+void row_base(const S* xi, uint64_t kv, int64_t F, uint64_t thr, T scale, S* o) {
+  row_body<T, Relu, S>(xi, kv, F, thr, scale, o);
 }
 #ifdef DISTGNN_DISPATCH
-template <typename T, bool Relu>
-DISTGNN_TARGET_AVX2 void row_avx2(const T* xi, uint64_t kv, int64_t F, uint64_t thr, T scale, T* o) {
-  row_body<T, Relu>(xi, kv, F, thr, scale, o);
+template <typename T, bool Relu, typename S>
+DISTGNN_TARGET_AVX2 void row_avx2(const S* xi, uint64_t kv, int64_t F, uint64_t thr, T scale, S* o) {
+  row_body<T, Relu, S>(xi, kv, F, thr, scale, o);
 }
-template <typename T, bool Relu>
-DISTGNN_TARGET_AVX512 void row_avx512(const T* xi, uint64_t kv, int64_t F, uint64_t thr, T scale, T* o) {
-  row_body<T, Relu>(xi, kv, F, thr, scale, o);
+template <typename T, bool Relu, typename S>
+DISTGNN_TARGET_AVX512 void row_avx512(const S* xi, uint64_t kv, int64_t F, uint64_t thr, T scale, S* o) {
+  row_body<T, Relu, S>(xi, kv, F, thr, scale, o);
 }
 #endif
 
-template <typename T, bool Relu>
-RowFn<T> pick_row() {
+template <typename T, bool Relu, typename S = T>
+RowFn<T, S> pick_row() {
 #ifdef DISTGNN_DISPATCH
   const cpu::Isa isa = cpu::detect_isa();
-  if (isa == cpu::Isa::avx512) return &row_avx512<T, Relu>;
-  if (isa == cpu::Isa::avx2) return &row_avx2<T, Relu>;
+  if (isa == cpu::Isa::avx512) return &row_avx512<T, Relu, S>;
+  if (isa == cpu::Isa::avx2) return &row_avx2<T, Relu, S>;
 #endif
-  return &row_base<T, Relu>;
+  return &row_base<T, Relu, S>;
 }
 
 // The scale of a kept entry, 1 / (1 - p) with p quantised to the draw's 24 bits (0 when p = 1).
@@ -93,15 +124,15 @@ T keep_scale(uint64_t thr) {
 }
 
 // out[i, c] = x[i, c] * mask(gids[i], c) (Relu: max(x[i, c], 0) * mask), or the mask itself when x
-// is null. Rows of width F.
-template <typename T, typename G, bool Relu = false>
-void apply(const T* x, const G* gids, int64_t n, int64_t F, double p, uint64_t seed,
-           uint64_t epoch, uint64_t layer, T* out, int threads) {
+// is null. Rows of width F; values stored as S (T, or uint16_t for bfloat16 computed in T).
+template <typename T, typename G, bool Relu = false, typename S = T>
+void apply(const S* x, const G* gids, int64_t n, int64_t F, double p, uint64_t seed,
+           uint64_t epoch, uint64_t layer, S* out, int threads) {
   threads = resolve_threads(threads);
   const uint64_t key = layer_key(seed, epoch, layer);
   const uint64_t thr = threshold(p);
   const T scale = keep_scale<T>(thr);
-  const RowFn<T> row = pick_row<T, Relu>();
+  const RowFn<T, S> row = pick_row<T, Relu, S>();
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t kv = mix(key + static_cast<uint64_t>(static_cast<int64_t>(gids[i])));
@@ -110,39 +141,40 @@ void apply(const T* x, const G* gids, int64_t n, int64_t F, double p, uint64_t s
 }
 
 // The gradient of out = max(x, 0) * mask through out itself: grad_in = grad where out > 0 (a kept
-// positive entry), times the keep scale; 0 elsewhere. No mask is drawn again.
-template <typename T>
-__attribute__((always_inline)) inline void relu_grad_body(const T* __restrict grad, const T* __restrict out,
-                                                         int64_t count, T scale, T* __restrict grad_in) {
-  for (int64_t i = 0; i < count; ++i) grad_in[i] = out[i] > T(0) ? grad[i] * scale : T(0);
+// positive entry), times the keep scale; 0 elsewhere. No mask is drawn again. Stored as S.
+template <typename T, typename S = T>
+__attribute__((always_inline)) inline void relu_grad_body(const S* __restrict grad, const S* __restrict out,
+                                                         int64_t count, T scale, S* __restrict grad_in) {
+  for (int64_t i = 0; i < count; ++i)
+    grad_in[i] = store<S>(load<T>(out[i]) > T(0) ? load<T>(grad[i]) * scale : T(0));
 }
-template <typename T>
-using GradFn = void (*)(const T*, const T*, int64_t, T, T*);
-template <typename T>
-void relu_grad_base(const T* grad, const T* out, int64_t count, T scale, T* grad_in) {
-  relu_grad_body<T>(grad, out, count, scale, grad_in);
+template <typename T, typename S = T>
+using GradFn = void (*)(const S*, const S*, int64_t, T, S*);
+template <typename T, typename S>
+void relu_grad_base(const S* grad, const S* out, int64_t count, T scale, S* grad_in) {
+  relu_grad_body<T, S>(grad, out, count, scale, grad_in);
 }
 #ifdef DISTGNN_DISPATCH
-template <typename T>
-DISTGNN_TARGET_AVX2 void relu_grad_avx2(const T* grad, const T* out, int64_t count, T scale, T* grad_in) {
-  relu_grad_body<T>(grad, out, count, scale, grad_in);
+template <typename T, typename S>
+DISTGNN_TARGET_AVX2 void relu_grad_avx2(const S* grad, const S* out, int64_t count, T scale, S* grad_in) {
+  relu_grad_body<T, S>(grad, out, count, scale, grad_in);
 }
-template <typename T>
-DISTGNN_TARGET_AVX512 void relu_grad_avx512(const T* grad, const T* out, int64_t count, T scale, T* grad_in) {
-  relu_grad_body<T>(grad, out, count, scale, grad_in);
+template <typename T, typename S>
+DISTGNN_TARGET_AVX512 void relu_grad_avx512(const S* grad, const S* out, int64_t count, T scale, S* grad_in) {
+  relu_grad_body<T, S>(grad, out, count, scale, grad_in);
 }
 #endif
 
-template <typename T>
-void relu_dropout_backward(const T* grad, const T* out, int64_t count, double p, T* grad_in,
+template <typename T, typename S = T>
+void relu_dropout_backward(const S* grad, const S* out, int64_t count, double p, S* grad_in,
                            int threads) {
   threads = resolve_threads(threads);
   const T scale = keep_scale<T>(threshold(p));
-  GradFn<T> fn = &relu_grad_base<T>;
+  GradFn<T, S> fn = &relu_grad_base<T, S>;
 #ifdef DISTGNN_DISPATCH
   const cpu::Isa isa = cpu::detect_isa();
-  if (isa == cpu::Isa::avx512) fn = &relu_grad_avx512<T>;
-  else if (isa == cpu::Isa::avx2) fn = &relu_grad_avx2<T>;
+  if (isa == cpu::Isa::avx512) fn = &relu_grad_avx512<T, S>;
+  else if (isa == cpu::Isa::avx2) fn = &relu_grad_avx2<T, S>;
 #endif
   constexpr int64_t kChunk = 1 << 16;  // values per task: large, contiguous, cache-line aligned
   const int64_t chunks = (count + kChunk - 1) / kChunk;
