@@ -276,16 +276,16 @@ def dense_flops(n: int, dims: list[int], aggregator: str, model: str = "sage") -
 
 
 def matmul_rate(n: int, k: int, m: int, dtype: torch.dtype, threads: int, repeats: int = 3) -> float:
-    """GFLOP/s of one [n, k] x [k, m] linear map the way the dense work runs it: float32, or
-    under torch's bfloat16 CPU autocast (as ``--precision bf16``); best of ``repeats``. The rate
-    that bounds the dense work."""
+    """GFLOP/s of one [n, k] x [k, m] linear map in ``dtype`` (float32, or bfloat16 operands
+    with float32 accumulation, as ``--precision bf16`` runs them), the operands made before the
+    clock starts: the GEMM's own rate, which bounds the dense work (a rate timed under autocast
+    would include casting a float32 input, a cost the trainer avoids); best of ``repeats``."""
     torch.set_num_threads(threads)
-    a, w = torch.randn(n, k), torch.randn(m, k)
+    a, w = torch.randn(n, k).to(dtype), torch.randn(m, k).to(dtype)
     best = float("inf")
     for _ in range(repeats + 1):
         start = time.perf_counter()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
-            F.linear(a, w)
+        F.linear(a, w)
         best = min(best, time.perf_counter() - start)
     return 2.0 * n * k * m / best / 1e9
 
@@ -472,7 +472,7 @@ def main() -> None:
              for dt in (torch.float32, torch.bfloat16)}
     print(f"\nDense work: {flops / 1e9:.0f} GFLOP per epoch; one [{n}, {args.feat}] x "
           f"[{args.feat}, {width}] linear map runs at {rates[torch.float32]:.0f} GFLOP/s in float32 "
-          f"and {rates[torch.bfloat16]:.0f} GFLOP/s under bfloat16 autocast here, so the dense floor is "
+          f"and {rates[torch.bfloat16]:.0f} GFLOP/s on bfloat16 operands here, so the dense floor is "
           f"{flops / rates[torch.float32] / 1e9:.2f} s (float32) and "
           f"{flops / rates[torch.bfloat16] / 1e9:.2f} s (bfloat16). Each line's dense work at "
           f"that rate:")
