@@ -141,6 +141,13 @@ def test_report_tables_and_plots(runs, tmp_path):
     assert hosts_label(None) == ""
     assert "the DistGNN paper's cd-r" in md
     assert "At P = 1 every algorithm is the same computation" in md
+    # the P = 1 rows' spread, the machine's noise, measured from those rows
+    for method in ("libra", "random"):
+        ms = [1e3 * float(np.median([json.loads(l)["epoch_time_s"] for l in
+                                     (root / f"{method}-1" / a / "metrics.jsonl").read_text().splitlines()
+                                     [steady_start(parse_algorithm(a), 8):]])) for a in ("cd-0", "cd-2", "0c")]
+        assert (f"At P = 1 ({method}, sage, fp32) the 3 algorithms' epochs read "
+                f"{min(ms):.1f}-{max(ms):.1f} ms, {100 * (max(ms) / min(ms) - 1):.0f}% apart") in md
     for name in ("epoch_time.png", "test_vs_epoch.png", "test_vs_time.png", "replication.png"):
         width, height = png_size(out / name)
         assert width > 200 and height > 200, name

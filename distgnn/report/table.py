@@ -95,6 +95,24 @@ def _mib(value: Any) -> str:
     return "" if pd.isna(value) else f"{float(value) / 2**20:,.2f}"
 
 
+def p1_spread_lines(part: pd.DataFrame) -> list[str]:
+    """One line per (method, model, precision) with several algorithms at P = 1: how far apart
+    their epochs read there, where they compute the same thing: this machine's noise between
+    runs, the yardstick for the differences at larger P (bench/README.md, "The demo's P = 1
+    rows")."""
+    out = []
+    one = part[(part.num_parts == 1) & part.median_epoch_time_s.notna()]
+    for (method, model, precision), rows in one.groupby(["method", "model", "precision"], sort=True):
+        if len(rows) < 2:
+            continue
+        ms = 1e3 * rows.median_epoch_time_s.astype(float)
+        lo, hi = float(ms.min()), float(ms.max())
+        out += ["", f"At P = 1 ({method}, {model}, {precision}) the {len(rows)} algorithms' epochs "
+                    f"read {lo:.1f}-{hi:.1f} ms, {100 * (hi / lo - 1):.0f}% apart for the same "
+                    f"computation: differences of that size between rows are noise."]
+    return out
+
+
 def markdown(table: pd.DataFrame) -> str:
     """The table as GitHub Markdown, one section per store (times in ms, bytes in MiB)."""
     lines = []
@@ -128,6 +146,7 @@ def markdown(table: pd.DataFrame) -> str:
                 + f" | {_mib(r.bytes_forward)} | {_mib(r.bytes_backward)} | {_mib(r.bytes_gradients)}"
                 f" | {_mib(r.peak_rss_bytes)} | {_accuracy(r.best_val)} | {_accuracy(r.test_at_best_val)}"
                 f" | {'' if pd.isna(r.speedup_vs_p1) else f'{r.speedup_vs_p1:.2f}x'} | {r.hosts} |")
+        lines += p1_spread_lines(part)
         chosen = sorted({reason for reason in part.precision_reason if reason.startswith("auto")})
         if chosen:
             lines += ["", "precision: " + "; ".join(chosen) + " (--precision auto)."]
