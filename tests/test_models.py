@@ -256,3 +256,23 @@ def test_sage_adds_its_two_maps_as_plus_does_in_either_precision() -> None:
             want = layer.fc_self(first_rows(h, 30)) + h_neigh
         assert got.dtype == want.dtype == torch.float32
         assert torch.equal(got, want)
+
+
+def test_gcn_keeps_a_bf16_output_under_autocast_and_float32_bits_without() -> None:
+    """GCN's affine map: under bf16 autocast the bias joins the GEMM and the layer's output stays
+    bfloat16 (the next layer takes it as it is), close to float32's; without autocast it is
+    ``a @ W + b`` bit for bit (cd-0's equality with one process rests on it)."""
+    from distgnn.models.gcn import GCNLayer
+
+    torch.manual_seed(0)
+    layer = GCNLayer(16, 8)
+    torch.nn.init.uniform_(layer.bias)
+    a = torch.randn(30, 16)
+    plain = layer(a, lambda h: h, h_aggregate=a)
+    assert plain.dtype == torch.float32 and torch.equal(plain, a @ layer.weight + layer.bias)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = layer(a, lambda h: h, h_aggregate=a)
+        low_aggregated = layer(a, lambda h: h)   # 16 -> 8 maps first: aggregate(a W) + b, float32
+    assert low.dtype == torch.bfloat16
+    torch.testing.assert_close(low.float(), plain, rtol=2e-2, atol=2e-2)
+    assert low_aggregated.dtype == torch.float32

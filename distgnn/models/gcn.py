@@ -32,10 +32,19 @@ class GCNLayer(nn.Module):
                 h_aggregate: Optional[torch.Tensor] = None) -> torch.Tensor:
         """h [n_src, in_dim] -> [n_dst, out_dim]; ``h_aggregate``: ``aggregate(h)`` precomputed."""
         if h_aggregate is not None:
-            return h_aggregate @ self.weight + self.bias
+            return self.affine(h_aggregate)
         if linear_first(self.in_dim, self.out_dim):
             return aggregate(h @ self.weight) + self.bias
-        return aggregate(h) @ self.weight + self.bias
+        return self.affine(aggregate(h))
+
+    def affine(self, a: torch.Tensor) -> torch.Tensor:
+        """a W + b. Under bf16 autocast the bias joins the GEMM, so the output stays bfloat16 for
+        the next layer (a float32 bias added to a bfloat16 product would promote it, and the next
+        layer cast it back); in float32, the product then the sum, as always (a GEMM's C + A B
+        rounds by its blocking, which follows the row count: cd-0 would differ from one process)."""
+        if torch.is_autocast_enabled("cpu"):
+            return torch.addmm(self.bias, a, self.weight)
+        return a @ self.weight + self.bias
 
 
 class GCN(LayerStack):
