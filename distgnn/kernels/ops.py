@@ -190,6 +190,12 @@ def source_weight(norm: str, out_degree: torch.Tensor, dtype: torch.dtype) -> Op
     return (out_degree.to(dtype) + 1).rsqrt()
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """A bfloat16 tensor as the int16 view of its bits (what the native kernels take); others as
+    they are."""
+    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
+
+
 def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Optional[torch.Tensor],
          self_term: Optional[torch.Tensor], threads: int = 0, sorted: bool = False,
          weight: Optional[torch.Tensor] = None, plan: Optional[torch.Tensor] = None,
@@ -205,9 +211,9 @@ def spmm(indptr: torch.Tensor, indices: torch.Tensor, x: torch.Tensor, scale: Op
     prefetch, tiles (see native/include/distgnn/aggregate.hpp)."""
     if x.dtype == torch.bfloat16:  # bfloat16 rows, float32 sums and result
         y = POOL.empty((indptr.numel() - 1, x.shape[1]), torch.float32)
-        _native.aggregate_spmm_bf16(indptr, indices, x.view(torch.int16), y,
+        _native.aggregate_spmm_bf16(indptr, indices, _bits(x), y,
                                     None if scale is None else scale.float(),
-                                    None if self_term is None else self_term.view(torch.int16),
+                                    None if self_term is None else _bits(self_term),
                                     thread_count(threads), sorted=sorted,
                                     weight=None if weight is None else weight.float(), plan=plan,
                                     **tuning)
@@ -382,12 +388,6 @@ class _Dropout(torch.autograd.Function):
         out = POOL.empty(tuple(grad.shape), grad.dtype)
         _native.dropout_apply(grad.contiguous(), gids, out, ctx.p, *ctx.key, thread_count(ctx.threads))
         return out, None, None, None, None
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """A bfloat16 tensor as the int16 view of its bits (what the native kernels take); others as
-    they are."""
-    return t.view(torch.int16) if t.dtype == torch.bfloat16 else t
 
 
 class _ReluDropout(torch.autograd.Function):
