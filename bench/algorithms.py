@@ -5,7 +5,7 @@
 
 An entry of ``--algos`` is ``ALGO[@APPLY][+nodg][+fresh][+rule=NAME]``: the algorithm, optionally its
 ``--apply`` mode (default: auto), ``+nodg`` for ``--no-delayed-gradients``, ``+fresh`` for
-``--fresh-copies``, ``+rule=NAME`` for ``--cdr-rule NAME`` and ``+budget=B`` for
+``--fresh-copies`` (``+stale`` for ``--no-fresh-copies``), ``+rule=NAME`` for ``--cdr-rule NAME`` and ``+budget=B`` for
 ``--recompute-budget B``, ``+msg=W`` for ``--message-precision W`` and ``+group=G`` for
 ``--message-group G``, ``+prec=P`` for ``--precision P`` (e.g. ``cd-5+rule=delayed``, ``cd-0+msg=int8``; a rule retired from ``--cdr-rule``, such as
 ``cd-5+rule=warm-input``, runs through ``python -m bench.retired_rules``; ``cd-5@replicas``; ``cd-5+nodg``: cd-5 at the root without its delayed
@@ -34,7 +34,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 #: ``--algos`` suffixes and the ``distgnn train`` option each adds
-SUFFIXES = {"nodg": "--no-delayed-gradients", "fresh": "--fresh-copies"}
+SUFFIXES = {"nodg": "--no-delayed-gradients", "fresh": "--fresh-copies", "stale": "--no-fresh-copies"}
 #: ``--algos`` suffixes NAME=VALUE and the ``distgnn train`` option each sets
 VALUE_SUFFIXES = {"rule": "--cdr-rule", "budget": "--recompute-budget",
                   "msg": "--message-precision", "group": "--message-group", "prec": "--precision"}

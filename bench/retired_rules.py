@@ -149,7 +149,7 @@ class Present(CdrRule):
         just arrived become present."""
         if self.degree is None:
             return
-        bins, earlier = schedule.bin(step), step - schedule.delay
+        bins, earlier = schedule.bin(step), step - schedule.steps_late
         if state.mailbox.holds("counts", earlier):
             rows = state.mailbox.take("counts", earlier)
             state.extra["counts"][bins.reduce_root.ids] = 0.0

@@ -52,7 +52,7 @@ def test_each_cell_runs_once_with_its_familys_recipe_and_draw(tmp_path: Path, mo
     assert first[first.index("--work") + 1] == str(tmp_path / "synth-papers100M-d0")
     assert first[first.index("--method") + 1] == "random" and first[first.index("--seeds") + 1:][:2] == ["0", "1"]
     gat = commands[1]   # the model's options come after the family's: GAT's width and rate win
-    assert gat[len(gat) - 1 - gat[::-1].index("--hidden") + 1] == "8"
+    assert gat[len(gat) - 1 - gat[::-1].index("--hidden") + 1] == "32"
     out = capsys.readouterr().out
     assert "4 cells: gap mean -1.00, worst -1.00 points; below 0c in 0; steady bytes 0.200" in out
     # a second sweep finds every cell's figures and runs nothing
@@ -68,3 +68,40 @@ def test_a_failed_cell_is_one_line_and_leaves_no_figures(tmp_path: Path, monkeyp
         cdr_sweep.main(["--work", str(tmp_path), "--families", "synth-reddit", "--draws", "0",
                         "--models", "sage", "--parts", "4"])
     assert not list((tmp_path / "cells").glob("*.json"))
+
+
+def test_gat_runs_integer_widths_at_bf16_and_a_cell_missing_an_algorithm_runs_again(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        algos = command[command.index("--algos") + 1:command.index("--algos") + 4]
+        out = Path(command[command.index("--json") + 1])
+        figures = {"cd-0": ([0.8], 10.0), "0c": ([0.7], 0.0)}
+        figures.update({a: ([0.78], 1.0) for a in algos if a.startswith("cd-1")})
+        out.write_text(json.dumps({"metric": "accuracy", "algos": {
+            a: {"test": t, "bytes_per_epoch": b} for a, (t, b) in figures.items()}}))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(cdr_sweep.subprocess, "run", fake_run)
+    argv = ["--work", str(tmp_path), "--families", "synth-reddit", "--draws", "0", "--models",
+            "sage", "gat", "--parts", "4", "--algos", "cd-0", "cd-1+msg=int4", "0c"]
+    assert cdr_sweep.main(argv) == 0
+    ran = [c[c.index("--algos") + 1:c.index("--algos") + 4] for c in commands]
+    assert ran == [["cd-0", "cd-1+msg=int4", "0c"], ["cd-0", "cd-1+msg=bf16", "0c"]]
+    out = capsys.readouterr().out
+    assert "2 cells: gap mean -2.00, worst -2.00 points; below 0c in 0; steady bytes 0.100" in out
+    assert "| synth-reddit-d0-gat-P4 | accuracy | 80.00 | 78.00 | 70.00 | -2.00 | no | 0.100 |" in out
+    # another width asked of the same cells: GraphSAGE's runs it alone and keeps the others'
+    # figures; GAT's bf16 run stands for it
+    assert cdr_sweep.main(argv[:-3] + ["cd-0", "cd-1+msg=int2", "0c"]) == 0 and len(commands) == 3
+    assert commands[2][commands[2].index("--algos") + 1:][:2] == ["cd-1+msg=int2", "--model"]
+    kept = json.loads((tmp_path / "cells" / "synth-reddit-d0-sage-P4.json").read_text())
+    assert set(kept["algos"]) == {"cd-0", "cd-1+msg=int4", "cd-1+msg=int2", "0c"}
+    # a row shows the algorithms asked for, in their order, not every one its cell holds
+    assert "| synth-reddit-d0-sage-P4 | accuracy | 80.00 | 78.00 | 70.00 | -2.00 |" in capsys.readouterr().out
+    # and asked again, nothing runs; other seeds run every algorithm again
+    assert cdr_sweep.main(argv[:-3] + ["cd-0", "cd-1+msg=int2", "0c"]) == 0 and len(commands) == 3
+    assert cdr_sweep.main(argv + ["--seeds", "5"]) == 0 and len(commands) == 5
+    assert commands[3][commands[3].index("--algos") + 1:][:3] == ["cd-0", "cd-1+msg=int4", "0c"]

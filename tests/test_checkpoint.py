@@ -106,3 +106,23 @@ def test_the_recompute_budget_is_a_hyperparameter_where_the_leaves_recompute(tmp
     make(tmp_path, 3, manifest=True, hyper=TrainConfig(algo="cd-5").hyperparameters())
     with pytest.raises(DistgnnError, match="recompute_budget=1.0, not 0.5"):
         ckpt.newest_checkpoint(tmp_path, TrainConfig(algo="cd-5", recompute_budget=0.5).hyperparameters())
+
+
+def test_fresh_copies_are_recorded_as_resolved_on_for_gat_under_cd_r(tmp_path: Path) -> None:
+    """GAT's cd-r keeps its copies fresh unless told not to (docs/design.md#fresh-copies): the
+    hyperparameters record the value in force, so a GAT cd-r checkpoint made with stale copies
+    resumes only with --no-fresh-copies."""
+    from distgnn.train.config import TrainConfig
+
+    def fresh(**settings) -> bool:
+        return TrainConfig(**settings).hyperparameters()["fresh_copies"]
+
+    assert fresh(algo="cd-5", model="gat") is True
+    assert fresh(algo="cd-5", model="gat", fresh_copies=False) is False
+    assert fresh(algo="cd-5") is False and fresh(algo="cd-5", fresh_copies=True) is True
+    assert fresh(algo="cd-0", model="gat") is False and fresh(algo="0c", model="gat") is False
+    stale = TrainConfig(algo="cd-5", model="gat", fresh_copies=False).hyperparameters()
+    make(tmp_path, 3, manifest=True, hyper=stale)
+    with pytest.raises(DistgnnError, match="fresh_copies=False, not True"):
+        ckpt.newest_checkpoint(tmp_path, TrainConfig(algo="cd-5", model="gat").hyperparameters())
+    assert ckpt.newest_checkpoint(tmp_path, stale) is not None

@@ -70,30 +70,51 @@ def root_of(u: int) -> int:
     return graph.ROOT.get(u, next(k for k in range(3) if u in graph.VERTICES[k]))
 
 
-def last_delivered(e: int, u: int, r: int, warm: bool = False) -> int | None:
+def constant_stride(step: int, r: int) -> int:
+    return r
+
+
+def growing_stride(step: int, r: int) -> int:
+    """The stride of the ``-grow`` runs: every bin moves at steps < GROW_STEPS, one bin after."""
+    return 1 if step < graph.GROW_STEPS else r
+
+
+def moves(u: int, s: int, r: int, stride=constant_stride) -> bool:
+    """Whether vertex u's row moves at step s: its bin (u mod r) is s modulo the step's stride
+    (docs/design.md#prompt-delivery; stride r: u mod r = s mod r, cd-r's own bins)."""
+    k = stride(s, r)
+    return (u % r) % k == s % k
+
+
+def last_delivered(e: int, u: int, r: int, warm: bool = False, lag: int | None = None,
+                   stride=constant_stride) -> int | None:
     """Under root cd-r: the step whose message of vertex u is the latest consumed by step e (posted
-    at a step of u's bin, consumed r steps later), or None before the first delivery. ``warm``
-    (--cdr-rule warm): steps < r are cd-0's and post nothing; from step r on, until u's first
-    delayed message arrives, what the last warm step (r - 1) delivered."""
-    candidates = [s for s in range(r if warm else 0, e - r + 1) if s % r == u % r]
+    at a step where u's bin moves, consumed ``lag`` steps later: r, or 1 under a prompt rule), or
+    None before the first delivery. ``warm`` (--cdr-rule warm): steps < r are cd-0's and post
+    nothing; from step r on, until u's first delayed message arrives, what the last warm step
+    (r - 1) delivered."""
+    lag = r if lag is None else lag
+    candidates = [s for s in range(r if warm else 0, e - lag + 1) if moves(u, s, r, stride)]
     if candidates:
         return candidates[-1]
     return r - 1 if warm and e >= r else None
 
 
 def expected_root(r: int, steps: int, fresh: bool = False, warm: bool = False,
-                  present: bool = False, current: frozenset = frozenset()) -> list[dict]:
+                  present: bool = False, current: frozenset = frozenset(),
+                  lag: int | None = None, stride=constant_stride) -> list[dict]:
     """Per rank and step: {v: aggregate / degree} for every root of that rank, under apply-at-root
     (r = 0: cd-0, exact; ``fresh``: --fresh-copies, every copy is the current row; ``warm``:
     --cdr-rule warm, steps < r exact, then the delayed rule starting from step r - 1's copies
     and partials; ``current``: the (part, leaf) pairs whose row is the current one, as a leaf
     that recomputes it reads it; ``present``: --cdr-rule present, the same sums divided by the number of edges
-    whose source row was present in the partial that holds them, not by the degree)."""
+    whose source row was present in the partial that holds them, not by the degree; ``lag`` and
+    ``stride``: a prompt rule's, as :func:`last_delivered` takes them)."""
     def row(k: int, u: int, e: int) -> np.ndarray:
         """The row of source u that part k's kernel reads at step e."""
         if root_of(u) == k or (k, u) in current or r == 0 or fresh or (warm and e < r):
             return graph.features(e).numpy().astype(np.float32)[u]
-        s = last_delivered(e, u, r, warm)
+        s = last_delivered(e, u, r, warm, lag, stride)
         return np.zeros(graph.WIDTH, np.float32) if s is None else \
             graph.features(s).numpy().astype(np.float32)[u]
 
@@ -109,10 +130,11 @@ def expected_root(r: int, steps: int, fresh: bool = False, warm: bool = False,
             degree = sum(1 for i, s in parts for u, w in graph.EDGES[i] if w == v and is_present(i, u, s))
         return sum(root_partial(i, v, s) for i, s in parts) / max(degree, 1)
 
-    return per_root(r, steps, mean, warm)
+    return per_root(r, steps, mean, warm, lag, stride)
 
 
-def per_root(r: int, steps: int, value, warm: bool = False) -> list[dict]:
+def per_root(r: int, steps: int, value, warm: bool = False, lag: int | None = None,
+             stride=constant_stride) -> list[dict]:
     """values[k][e][v] = value(v, parts) for every root v (on rank k) and step e, with parts the
     (part, step) of each partial v's root combines at step e: its own of step e, and each leaf's
     as last delivered (of step e under cd-0 and in warm steps; none before the first delivery)."""
@@ -122,7 +144,7 @@ def per_root(r: int, steps: int, value, warm: bool = False) -> list[dict]:
             k = root_of(v)
             parts = [(k, e)]
             for i in (i for i in range(3) if i != k and v in graph.VERTICES[i]):
-                s = e if r == 0 or (warm and e < r) else last_delivered(e, v, r, warm)
+                s = e if r == 0 or (warm and e < r) else last_delivered(e, v, r, warm, lag, stride)
                 if s is not None:
                     parts.append((i, s))
             values[k][e][v] = value(v, parts)
@@ -213,6 +235,9 @@ def computed() -> dict:
                 for warm in ("", "-warm")]
              + [f"cd-{r}@root-recompute-b{b}:{steps_for(r)}" for r in (1, 3) for b in BUDGETS]
              + [f"cd-1@root-grad-recompute:{GRADIENT_STEPS}"]
+             + [f"cd-3@root{recompute}-{timing}:{steps_for(3)}"
+                for recompute in ("", "-recompute") for timing in ("prompt", "grow")]
+             + [f"cd-3@root-grad{timing}:{GRADIENT_STEPS}" for timing in ("", "-hold", "-prompt-hold")]
              + [f"cd-0@root-{gat}:3" for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}:{steps_for(r)}" for r in (1, 2, 3) for gat in ATTENTION_FORMS]
              + [f"cd-{r}@root-{gat}-fresh:{steps_for(r)}" for r in (1, 3) for gat in ATTENTION_FORMS]
@@ -462,3 +487,49 @@ def test_delayed_gradients_settle_to_the_exact_ones(computed: dict, kind: str, f
                 np.testing.assert_allclose(got[k][e][v], exact[k][0][v], rtol=1e-5, atol=1e-6,
                                            err_msg=f"{kind}: root {v} on part {k} at step {e}")
     assert any(not np.allclose(got[k][0][v], exact[k][0][v]) for k in range(3) for v in roots[k])
+
+
+@pytest.mark.parametrize("recompute", [False, True], ids=["copies", "recompute"])
+@pytest.mark.parametrize("timing", ["prompt", "grow"])
+def test_root_prompt_schedule_matches_the_rule(computed: dict, recompute: bool, timing: str) -> None:
+    """A prompt rule (docs/design.md#prompt-delivery): each copy and partial is taken at the step
+    after its post, not r steps later, and a step moves the bins b = step (mod stride): stride r
+    (``prompt``: one bin a step, as cd-r) or 1 at steps < 2 and r after (``grow``: every bin, then
+    one). With copies (the first rule's) and with recompute (only the partials delayed); r = 3."""
+    r = 3
+    steps = steps_for(r)
+    name = f"cd-{r}@root{'-recompute' if recompute else ''}-{timing}"
+    stride = constant_stride if timing == "prompt" else growing_stride
+    want = expected_root(r, steps, fresh=recompute, lag=1, stride=stride)
+    assert_roots_match(name, computed[name], want, steps)
+
+
+def test_root_prompt_expectations_differ_from_cd_r() -> None:
+    """Guard: a row taken one step after its post, or every bin moving, is not cd-r's schedule."""
+    steps = steps_for(3)
+    cdr = expected_root(3, steps)
+    for stride in (constant_stride, growing_stride):
+        prompt = expected_root(3, steps, lag=1, stride=stride)
+        assert any(not np.allclose(prompt[k][e][v], cdr[k][e][v]) for k in range(3)
+                   for e in range(steps) for v in prompt[k][e])
+    # vertex 4, bin 1 of 3: every bin at steps 0 and 1, then bin 1 at step 4
+    assert [moves(4, s, 3, growing_stride) for s in range(5)] == [True, True, False, False, True]
+
+
+def test_held_gradients_reach_the_exact_ones_where_bins_alone_do_not(computed: dict) -> None:
+    """Held delayed gradients (docs/design.md#held-gradients): with the same inputs and loss at
+    every step, cd-3's input gradient at every root equals cd-0's once every bin's gradient has
+    arrived (taken r = 3 steps after its post, or 1 under a prompt rule: from step 6 at the
+    latest), because every leaf row adds its last delivered gradient at every step; without
+    holding, a step adds only the gradients of the bin that arrived, and stays off."""
+    exact = computed["cd-0@root-grad"]
+    for timing in ("-hold", "-prompt-hold"):
+        got = computed[f"cd-3@root-grad{timing}"]
+        for k in range(3):
+            for v in exact[k][0]:
+                for e in range(6, GRADIENT_STEPS):
+                    np.testing.assert_allclose(got[k][e][v], exact[k][0][v], rtol=1e-5, atol=1e-6,
+                                               err_msg=f"{timing}: root {v} on part {k} at step {e}")
+    plain = computed["cd-3@root-grad"]
+    assert any(not np.allclose(plain[k][e][v], exact[k][0][v]) for k in range(3)
+               for v in exact[k][0] for e in range(6, GRADIENT_STEPS))

@@ -128,6 +128,21 @@ def test_recompute_counts_the_recomputed_leaf_rows():
     assert estimate_shape(shape(), 3, 256, "cd-5", recompute=10.0).total == every.total
 
 
+def test_held_gradients_count_one_more_table_per_summed_layer():
+    """--cdr-rule prompt holds the last delivered gradient of every partial row
+    (docs/design.md#held-gradients): [n_k, w] more per summed layer than recompute, whose
+    estimate is otherwise the same."""
+    from distgnn.exchange.spec import resolve_exchange
+
+    specs = {rule: resolve_exchange("cd-5", "root", rule=rule, layers=3) for rule in ("recompute", "prompt")}
+    got = {rule: estimate_shape(shape(), 3, 256, spec) for rule, spec in specs.items()}
+    widths = [a for _, _, a in layer_widths(602, 256, 41, 3)]
+    assert got["prompt"].exchange - got["recompute"].exchange == sum(shape().n * a * 4 for a in widths)
+    for part in ("features", "graph", "activations", "optimizer"):
+        assert getattr(got["prompt"], part) == getattr(got["recompute"], part)
+    assert got["prompt"].total > got["recompute"].total
+
+
 @pytest.mark.parametrize("parts", [5, 150])
 def test_split_mask_is_two_or_more_replicas(parts: int) -> None:
     import numpy as np

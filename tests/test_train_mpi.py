@@ -276,7 +276,8 @@ RESUME_CASES = [
     ("cd-3", True, "replicas", ()), ("cd-3", False, "auto", ("--fresh-copies",)),
     ("cd-3", False, "auto", ("--model", "gat", "--heads", "2", "--hidden", "8")),
     ("cd-0", False, "auto", ("--message-precision", "int8")),
-    ("cd-3", False, "auto", ("--message-precision", "int2"))]
+    ("cd-3", False, "auto", ("--message-precision", "int2")),
+    ("cd-3", False, "auto", ("--cdr-rule", "prompt"))]
 
 
 @pytest.fixture(scope="module")
@@ -310,7 +311,8 @@ def resumed_runs(partitions, narrow_input_parts, tmp_path_factory) -> dict[int, 
 def test_resume_after_a_failed_rank_continues_exactly(resumed_runs, case: int) -> None:
     """Resuming at epoch 10 gives the uninterrupted losses (cd-3 resumes with messages in flight
     under both apply modes, at the root with its delayed gradients in flight; GAT's cd-3 with its
-    attention copies and partials in flight); ``narrow``: layer 0 aggregates
+    attention copies and partials in flight; the prompt rule with its held gradients);
+    ``narrow``: layer 0 aggregates
     the constant input first, so cd-3 has kept its settled layer-0 aggregate since step 6 (root)
     or 9 (replicas); int8 and int2 rows: the stochastic rounding draws the same after a resume)."""
     algo, _, apply, extra = RESUME_CASES[case]
@@ -594,8 +596,11 @@ def test_bf16_rows_halve_the_exchange_and_stay_close(partitions, tmp_path: Path)
                 for key in ("bytes_forward", "bytes_backward", "bytes_broadcast", "bytes_reduce"):
                     assert a[key] > 0 and b[key] * 2 == a[key], (model, algo, key, a["epoch"])
                 assert b["bytes_gradients"] == a["bytes_gradients"]  # the weights' allreduce: float32
+            # GAT's cd-3 (fresh copies) trains at losses of 8-15 on this tiny graph in 8 epochs,
+            # where bf16's rounding moves an epoch by up to 6%
             np.testing.assert_allclose(losses(runs[model, algo, "bf16", 3]),
-                                       losses(runs[model, algo, "fp32", 3]), rtol=3e-2)
+                                       losses(runs[model, algo, "fp32", 3]),
+                                       rtol=6e-2 if (model, algo) == ("gat", "cd-3") else 3e-2)
         np.testing.assert_allclose(losses(runs[model, "cd-0", "bf16", 3]),
                                    losses(runs[model, "cd-0", "bf16", 1]), rtol=3e-2)
         assert json.loads((runs[model, "cd-3", "bf16", 3] / "summary.json").read_text())[
@@ -782,7 +787,8 @@ def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
     """GAT (2 layers, 4 heads x 8, dropout 0.6 on every layer's input and on the attention
     weights) under cd-0 equals one process for P = 2, 3, 4 at the root, and on the replicas at
     P = 3: losses to 1e-5 over 20 epochs, weights, evaluation; 0c (local softmax) and cd-3 at the
-    root run. With 4 x 16 hidden columns (wider than the 41 classes: every layer in the z form)
+    root run. With stale copies (`--no-fresh-copies`) and 4 x 16 hidden columns (wider than the
+    41 classes: every layer in the z form)
     cd-3 posts over any 3 steady epochs exactly cd-0's rows of one epoch; with 4 x 8 the output
     layer takes the input form (32 <= 41 columns), so its rows are narrower: fewer bytes, the same
     every 3 epochs. cd-r on the replicas, cd-r-orig and --heads with another model are refused in
@@ -795,9 +801,11 @@ def test_gat_cd0_equals_single_process(partitions, tmp_path: Path) -> None:
     train_many(partitions[3], 3, {run[3]: (*common, "--algo", "cd-0"),
                                   tmp_path / "replicas": (*common, "--algo", "cd-0", "--apply", "replicas"),
                                   tmp_path / "0c": (*common, "--algo", "0c"),
-                                  tmp_path / "cd3": (*common, "--algo", "cd-3"),
+                                  # the bins' bytes: stale copies (GAT's default keeps them fresh)
+                                  tmp_path / "cd3": (*common, "--algo", "cd-3", "--no-fresh-copies"),
                                   tmp_path / "cd0-wide": (*common, "--algo", "cd-0", "--hidden", "16"),
-                                  tmp_path / "cd3-wide": (*common, "--algo", "cd-3", "--hidden", "16")})
+                                  tmp_path / "cd3-wide": (*common, "--algo", "cd-3", "--hidden", "16",
+                                                          "--no-fresh-copies")})
     reference = losses(run[1])
     assert reference[-1] < reference[0]
     for parts in (2, 3, 4):

@@ -220,7 +220,7 @@ def test_model_names_the_run_folders_and_reaches_the_train_command(tmp_path):
 @pytest.mark.slow
 def test_apply_names_the_run_folders_and_reaches_the_train_command(tmp_path):
     """train.apply: replicas gives <algo>-replicas folders where it is not the default (cd-0, cd-2)
-    and plain ones where it is (0c); delayed_gradients: false, fresh_copies: true and cdr_rule: delayed reach cd-r's command only; root with 0c
+    and plain ones where it is (0c); delayed_gradients: false, fresh_copies: true (or false) and cdr_rule: delayed reach cd-r's command only; root with 0c
     is refused at load time, naming the config keys."""
     wd = workdir(tmp_path / "a", tiny(train={"algos": ["cd-0", "cd-2", "0c"], "apply": "replicas"}))
     proc = snakemake("-n", "-p", cwd=wd)
@@ -236,6 +236,12 @@ def test_apply_names_the_run_folders_and_reaches_the_train_command(tmp_path):
     assert commands and all(("--no-delayed-gradients" in l) == ("--algo cd-2" in l) for l in commands)
     assert all(("--fresh-copies" in l) == ("--algo cd-2" in l) for l in commands)
     assert all(("--cdr-rule delayed" in l) == ("--algo cd-2" in l) for l in commands)
+    # fresh_copies: false (GAT's copies stale, as asked) reaches cd-r's command only; unset, none
+    wd = workdir(tmp_path / "d", tiny(train={"algos": ["cd-0", "cd-2"], "fresh_copies": False}))
+    proc = snakemake("-n", "-p", cwd=wd)
+    commands = [l for l in proc.stdout.splitlines() if "distgnn launch" in l]
+    assert proc.returncode == 0 and commands, proc.stderr
+    assert all(("--no-fresh-copies" in l) == ("--algo cd-2" in l) for l in commands)
     wd = workdir(tmp_path / "c", tiny(train={"algos": ["cd-0", "0c"], "apply": "root"}))
     proc = snakemake("-n", "-p", cwd=wd)
     out = proc.stdout + proc.stderr

@@ -186,7 +186,7 @@ def exchange_from_args(args: argparse.Namespace):
     from distgnn.exchange.spec import resolve_exchange
 
     spec = registry.spec(args.model)
-    return resolve_exchange(args.algo, args.apply, fresh_copies=args.fresh_copies,
+    return resolve_exchange(args.algo, args.apply, fresh_copies=args.fresh_copies or None,
                             rule=args.cdr_rule or default_rule(),
                             recompute_budget=args.recompute_budget,
                             input_cache=not args.no_input_cache, layers=args.layers,

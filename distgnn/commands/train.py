@@ -77,10 +77,15 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
     gradients.add_argument("--no-delayed-gradients", dest="delayed_gradients", action="store_false",
                            default=None, help="cd-<r> under --apply root: copies and remote parts are constants in "
                                 "backward (no backward exchange but, under --fresh-copies, the broadcast's exact adjoint)")
-    p.add_argument("--fresh-copies", action="store_true",
-                   help="cd-<r> under --apply root: the roots send their rows to the leaves every "
-                        "epoch, exact with their adjoint, and only the leaves' partials are delayed: "
-                        "more accurate, more forward bytes (docs/design.md#fresh-copies)")
+    copies = p.add_mutually_exclusive_group()
+    copies.add_argument("--fresh-copies", dest="fresh_copies", action="store_true", default=None,
+                        help="cd-<r> under --apply root: the roots send their rows to the leaves "
+                             "every epoch, exact with their adjoint, and only the leaves' partials "
+                             "are delayed: more accurate, more forward bytes (the default for "
+                             "GAT, whose stale copies do not train; docs/design.md#fresh-copies)")
+    copies.add_argument("--no-fresh-copies", dest="fresh_copies", action="store_false",
+                        default=None, help="cd-<r> under --apply root: the roots' rows reach the "
+                        "leaves in bins, r epochs late, for GAT too")
     p.add_argument("--cdr-rule", choices=rule_names(), default=None,
                    help="cd-<r> under --apply root, the delayed-update rule: " + rules_help()
                         + " (default: " + d.cdr_rule + "; docs/design.md#cdr-rules)")

@@ -3,7 +3,8 @@
 At a layer's training step e, bin ``e mod r`` moves, non-blocking: the roots post their current
 row of each bin vertex to its leaves (channel ``copies``) and the leaves post their partial of it
 to its root (channel ``partials``); every message is consumed r steps after it was posted, at the
-start of step e + r, before that step's local sum. So a leaf's copy of a root's row is r to 2r - 1
+start of step e + r, before that step's local sum (under a prompt rule one step after, the bins
+of a step chosen by its stride: :mod:`distgnn.exchange.schedule`). So a leaf's copy of a root's row is r to 2r - 1
 steps old, and a root aggregates ``a = p_root(e) + R`` where R, the sum of its leaves' last
 delivered partials, is r to 2r - 1 steps old. Before the first delivery a copy and R are zero.
 With delayed gradients each exchange's adjoint moves in backward for the same bin and is consumed
@@ -72,14 +73,26 @@ class DelayedReduceGrad(torch.autograd.Function):
         n_roots = grad_a.shape[0]
         grad_p = grad_a.new_empty((ctx.n_dst, grad_a.shape[1]))
         grad_p[:n_roots] = grad_a
-        grad_p[n_roots:] = 0.0  # the leaves outside this step's bin
-        schedule.timers.rows("zeroed", ctx.n_dst - n_roots)
         schedule.timers.rows("copied", grad_a.shape[0] + 2 * len(bins.reduce_root.ids))
         got = schedule.post_and_take_gradient(ctx.state.mailbox, "partials_grad", e,
                                               grad_a[bins.reduce_root.ids], bins.reduce_root,
                                               bins.reduce_leaf, Direction.BROADCAST)
-        if got is not None:
-            grad_p[bins.reduce_leaf.ids] += got
+        arrived = None if got is None else schedule.bin(e - schedule.steps_late).reduce_leaf.ids
+        held = ctx.state.extra.get("held_partials_grad") if schedule.hold_gradients else None
+        if schedule.hold_gradients and got is not None:
+            # every leaf row's last delivered gradient, over the leaf rows [n_dst - n_roots, w]
+            if held is None:
+                held = got.new_zeros((ctx.n_dst - n_roots, got.shape[1]))
+                ctx.state.extra["held_partials_grad"] = held
+            held[arrived - n_roots] = got
+        if held is not None:   # each leaf row adds its last delivered gradient
+            grad_p[n_roots:] = held
+            schedule.timers.rows("copied", ctx.n_dst - n_roots)
+        else:
+            grad_p[n_roots:] = 0.0  # the leaves outside this step's bin
+            schedule.timers.rows("zeroed", ctx.n_dst - n_roots)
+            if got is not None:  # the gradient of the bins posted steps_late steps ago
+                grad_p[arrived] += got
         return grad_p, None, None, None, None
 
 
@@ -112,6 +125,8 @@ class TableSum(torch.autograd.Function):
             grad_src = kernel.transposed(grad_p, ctx.state.table.dtype)
         bins = schedule.bin(e)
         grad_h = None if ctx.rows is None else grad_src.index_select(0, ctx.rows)
+        taken = schedule.bin(e - schedule.steps_late).bcast_root if e >= schedule.steps_late else None
         return schedule.copies_gradient(ctx.state.mailbox, "copies_grad", e, grad_src,
-                                        bins.bcast_leaf, bins.bcast_root, grad_h), \
+                                        bins.bcast_leaf, bins.bcast_root, grad_h, taken,
+                                        ctx.state.extra), \
             None, None, None, None, None

@@ -31,6 +31,7 @@ themselves (:mod:`distgnn.exchange.recompute`).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Iterable
 
 import torch
@@ -135,8 +136,15 @@ class RootAggregation(ModeAndMessages):
                 self.n_roots, delayed_gradients and comm.size > 1))
 
     def _in_tables(self, schedule: DelayedSchedule) -> DelayedSchedule:
-        """``schedule`` with its leaf rows as compact table rows (the summed layers')."""
-        return schedule.leaves_at(self.compact.dst_position, self.compact.src_position)
+        """``schedule`` with its leaf rows as compact table rows (the summed layers'), timed as
+        the rule says (a prompt rule: each message taken at the next step, its stride)."""
+        schedule = schedule.leaves_at(self.compact.dst_position, self.compact.src_position)
+        if self.rule.prompt:
+            rule, delay = self.rule, schedule.delay
+            schedule = schedule.prompt(lambda step: rule.stride(step, delay))
+        if self.rule.hold_gradients:
+            schedule = replace(schedule, hold_gradients=True)
+        return schedule
 
     # -- the Aggregation protocol ------------------------------------------------------------
     def __call__(self, layer: int, h: torch.Tensor) -> torch.Tensor:
@@ -259,19 +267,20 @@ class RootAggregation(ModeAndMessages):
         early = self.rule.early(self, layer, h, state, stored)
         if early is not None:
             return early
-        bins = schedule.bin(e)
-        if comm.size > 1 and e >= r:
+        bins, lag = schedule.bin(e), schedule.steps_late
+        if comm.size > 1 and e >= lag:
+            arrived = schedule.bin(e - lag)   # the rows posted lag steps ago
             with self.timers("exchange_wait"):
-                if box.holds("partials", e - r):
-                    rows = box.take("partials", e - r)
-                    state.remote[bins.reduce_root.ids] = 0.0
-                    state.remote.index_add_(0, bins.reduce_root.ids, rows)
+                if box.holds("partials", e - lag):
+                    rows = box.take("partials", e - lag)
+                    state.remote[arrived.reduce_root.ids] = 0.0
+                    state.remote.index_add_(0, arrived.reduce_root.ids, rows)
                     self.timers.rows("zeroed", rows.shape[0])
                     self.timers.rows("copied", rows.shape[0])
-                copies_taken = delayed_copies and box.holds("copies", e - r)
+                copies_taken = delayed_copies and box.holds("copies", e - lag)
                 if copies_taken:
-                    state.table[bins.bcast_leaf.ids] = box.take("copies", e - r)
-                    self.timers.rows("copied", len(bins.bcast_leaf.ids))
+                    state.table[arrived.bcast_leaf.ids] = box.take("copies", e - lag)
+                    self.timers.rows("copied", len(arrived.bcast_leaf.ids))
                 self.rule.delivered(self, schedule, state, e, copies_taken)
         if stored:
             p = self.feature_kernel(self.feat_rows)
@@ -296,5 +305,5 @@ class RootAggregation(ModeAndMessages):
         else:
             out = p[:n_roots] + state.remote
         out = self.rule.merge(self, state, e, out)
-        self.settled.offer(layer, out, state.step >= 2 * r)
+        self.settled.offer(layer, out, state.step >= r + lag)  # every bin posted and taken
         return out

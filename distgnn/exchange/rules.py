@@ -10,6 +10,8 @@ estimate and the scaling model read them without importing torch), its hooks are
 
 * ``recompute`` (the default): layer 0 trains on the exact input aggregate and the leaves compute
   layer 1's source rows themselves (:mod:`distgnn.exchange.recompute`);
+* ``prompt``: recompute's, each message taken one step after its post, the delayed gradients
+  held (:class:`Prompt`);
 * ``delayed`` (the first rule): the messages alone; copies and remote parts zero until their first
   delivery; the least dense work.
 
@@ -52,6 +54,17 @@ class CdrRule:
     #: entries of ``state.extra`` with one row per row of the layer's source table (a checkpoint
     #: from before compact tables stores them over local ids)
     table_rows: ClassVar[tuple[str, ...]] = ()
+    #: each message is taken at the step after its post, not r steps later, and :meth:`stride`
+    #: chooses the bins of each step (docs/design.md#prompt-delivery)
+    prompt: ClassVar[bool] = False
+    #: delayed gradients held: each leaf row adds its last delivered gradient at every step, as
+    #: the forward adds the last delivered R (docs/design.md#held-gradients)
+    hold_gradients: ClassVar[bool] = False
+
+    def stride(self, step: int, delay: int) -> int:
+        """Under a prompt rule, the bins' stride at training ``step`` (1 to ``delay``: the bins b
+        = step mod stride move); a pure function of ``step``, the same on every rank."""
+        return delay
 
     def setup(self, root: RootAggregation) -> None:
         """Once per run, when the aggregation is built (collective on ``root.eval_comm``)."""
@@ -69,8 +82,8 @@ class CdrRule:
 
     def delivered(self, root: RootAggregation, schedule: DelayedSchedule,
                   state: DelayedSumState, step: int, copies_taken: bool) -> None:
-        """At the start of ``step`` >= r, after the messages posted at ``step - r`` were taken
-        (``copies_taken``: copies arrived)."""
+        """At the start of ``step`` >= r (>= 1 under a prompt rule), after the messages posted
+        at ``step - r`` (``step - 1``) were taken (``copies_taken``: copies arrived)."""
 
     def posted(self, root: RootAggregation, schedule: DelayedSchedule,
                state: DelayedSumState, step: int) -> None:
@@ -94,6 +107,20 @@ class Recompute(CdrRule):
                "--recompute-budget bounds the added dense work)")
     input_cache = True
     recompute = True
+
+
+class Prompt(Recompute):
+    """``prompt``: recompute's work and messages, each message taken at the step after its post
+    (a delivered partial is 1 to r steps old, not r to 2r - 1), and the delayed gradients held:
+    every leaf row adds its last delivered gradient at every step, as the forward adds the last
+    delivered R (docs/design.md#prompt-delivery, docs/design.md#held-gradients)."""
+
+    name = "prompt"
+    summary = ("recompute's work and bytes, each message taken at the next step instead of r "
+               "steps later (rows 1 to r steps old, not r to 2r - 1), and each leaf adding its "
+               "last delivered gradient at every step")
+    prompt = True
+    hold_gradients = True
 
 
 #: every registered rule by name, the built-in ones first
@@ -147,6 +174,7 @@ def rules_help() -> str:
 
 
 register_rule(Recompute)
+register_rule(Prompt)
 register_rule(CdrRule)
 #: the rules distgnn ships (the config schema's enum lists exactly these; a test checks it)
 BUILT_IN = rule_names()

@@ -1,11 +1,15 @@
-"""cd-r's schedule at the root: which bin moves at a step, and the delayed gradients' round trip.
+"""cd-r's schedule at the root: which bins move at a step, and the delayed gradients' round trip.
 
 Split vertex v is in bin ``global_id(v) mod r``; at a layer's training step e, bin ``e mod r``
 moves, and each message is consumed r steps after it was posted (docs/design.md#cd-r-at-the-root).
+A rule may shorten that *lag* to one step and choose a *stride* s <= r per step: the bins b with
+b = e (mod s) then move at step e (stride 1: every bin; stride r: bin e mod r), so every split
+vertex still moves at least once in any s consecutive steps (docs/design.md#prompt-delivery).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import torch
 
@@ -29,24 +33,65 @@ class DelayedSchedule:
     delayed_gradients: bool          #: each exchange's adjoint also moves, r steps late
     #: some rank's broadcast plan has rows (False when every leaf recomputes: no copies move)
     moves_copies: bool = True
+    #: steps from a message's post to the step that takes it (0: ``delay``, cd-r's own)
+    lag: int = 0
+    #: the bins' stride at a step (None: ``delay``, one bin per step); a stride s <= delay moves
+    #: the bins b = step (mod s)
+    stride: Callable[[int], int] | None = None
+    #: delayed gradients held: a gradient that arrives replaces the row's last one, and every
+    #: step adds the last one of every row (as the forward adds the last delivered R), where
+    #: otherwise it is added once, at the step it arrives
+    hold_gradients: bool = False
+    #: the plans unsplit, and per plan the bin of each of its rows (for strides below ``delay``)
+    whole: RootPlans | None = None
+    row_bins: tuple[torch.Tensor, ...] = ()
+    _merged: dict[tuple[int, int], RootPlans] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, plans: RootPlans, global_ids: torch.Tensor, delay: int, comm: Communicator,
               timers: Timers, n_roots: int, delayed_gradients: bool) -> "DelayedSchedule":
         received_bins = global_ids[plans.reduce_root.ids] % delay
+        row_bins = tuple(global_ids[plan.ids] % delay for plan in (
+            plans.reduce_leaf, plans.reduce_root, plans.bcast_leaf, plans.bcast_root))
         return cls(comm, timers, delay, n_roots, root_bins(plans, global_ids, delay),
                    [torch.nonzero(received_bins == b).flatten() for b in range(delay)],
-                   delayed_gradients, comm.sum(len(plans.bcast_leaf.ids)) > 0)
+                   delayed_gradients, comm.sum(len(plans.bcast_leaf.ids)) > 0,
+                   whole=plans, row_bins=row_bins)
 
     def leaves_at(self, reduce_position: torch.Tensor,
                   bcast_position: torch.Tensor) -> "DelayedSchedule":
         """The same schedule with each bin's leaf rows moved (:meth:`RootPlans.leaves_at`)."""
         return replace(self, bins=[b.leaves_at(reduce_position, bcast_position)
-                                   for b in self.bins])
+                                   for b in self.bins],
+                       whole=(None if self.whole is None
+                              else self.whole.leaves_at(reduce_position, bcast_position)),
+                       _merged={})
+
+    def prompt(self, stride: Callable[[int], int]) -> "DelayedSchedule":
+        """The same bins, each message taken one step after its post, ``stride(step)`` (1 to
+        ``delay``) choosing the bins of each step."""
+        return replace(self, lag=1, stride=stride, _merged={})
+
+    @property
+    def steps_late(self) -> int:
+        """Steps from a message's post to its take: ``delay``, or 1 under a prompt rule."""
+        return self.lag or self.delay
 
     def bin(self, step: int) -> RootPlans:
-        """The plans of the bin that moves at ``step``."""
-        return self.bins[step % self.delay]
+        """The plans of the rows that move at ``step``: bin ``step mod delay``, or under a stride
+        s the bins b = step (mod s) merged (each plan's groups in their order)."""
+        s = self.delay if self.stride is None else self.stride(step)
+        if not 1 <= s <= self.delay:
+            raise ValueError(f"cd-r stride at step {step}: expected 1 to {self.delay}, got {s}")
+        if s == self.delay:
+            return self.bins[step % self.delay]
+        key = (s, step % s)
+        if key not in self._merged:
+            plans = (self.whole.reduce_leaf, self.whole.reduce_root, self.whole.bcast_leaf,
+                     self.whole.bcast_root)
+            self._merged[key] = RootPlans(*(plan.subset(bins % s == key[1])
+                                            for plan, bins in zip(plans, self.row_bins)))
+        return self._merged[key]
 
     def post(self, mailbox: Mailbox, channel: str, step: int, rows: torch.Tensor, send: RowPlan,
              recv: RowPlan, direction: Direction) -> None:
@@ -58,29 +103,47 @@ class DelayedSchedule:
     def post_and_take_gradient(self, mailbox: Mailbox, channel: str, step: int,
                                rows: torch.Tensor, send: RowPlan, recv: RowPlan,
                                direction: Direction) -> torch.Tensor | None:
-        """Delayed gradients: post this step's gradient rows of its bin (non-blocking) and return
-        the ones posted r steps ago for the same bin (None before the first)."""
+        """Delayed gradients: post this step's gradient rows of its bins (non-blocking) and
+        return the ones posted :attr:`steps_late` steps ago, rows of ``bin(step -
+        steps_late)`` (None before the first)."""
         with self.timers("exchange_wait"):
             self.timers.rows("copied", rows.shape[0])  # gathered by the caller
             mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv,
                                                                       Traffic.BACKWARD, direction))
-            earlier = step - self.delay
+            earlier = step - self.steps_late
             return mailbox.take(channel, earlier) if mailbox.holds(channel, earlier) else None
 
     def copies_gradient(self, mailbox: Mailbox, channel: str, step: int,
                         grad_table: torch.Tensor, leaf_plan: RowPlan,
-                        root_plan: RowPlan, grad_h: torch.Tensor | None = None) -> torch.Tensor:
+                        root_plan: RowPlan, grad_h: torch.Tensor | None = None,
+                        taken_roots: RowPlan | None = None,
+                        extra: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
         """The gradient of the rows a cd-r table was filled from, from the table's [n_k, w]:
         ``grad_h`` (default: the table's prefix [n_roots, w]; its first n_roots rows are the
         roots'), plus, with delayed gradients, at the roots the copies' gradients their leaves
-        posted r steps ago (this step's are posted)."""
+        posted :attr:`steps_late` steps ago (this step's, of ``leaf_plan`` to ``root_plan``, are
+        posted; the ones taken land on ``taken_roots``, default ``root_plan``). Held gradients
+        (:attr:`hold_gradients`) live in ``extra`` (the layer's state) under ``held_copies_grad``."""
         if grad_h is None:
             grad_h = grad_table[:self.n_roots]
         if not self.delayed_gradients or not self.moves_copies:
             return grad_h
         got = self.post_and_take_gradient(mailbox, channel, step, grad_table[leaf_plan.ids],
                                           leaf_plan, root_plan, Direction.REDUCE)
+        roots = (taken_roots or root_plan).ids
+        if self.hold_gradients and extra is not None:
+            held = extra.get("held_copies_grad")
+            if got is not None:
+                if held is None:
+                    held = extra["held_copies_grad"] = got.new_zeros((self.n_roots, got.shape[1]))
+                held[roots] = 0.0
+                held.index_add_(0, roots, got)
+            if held is None:
+                return grad_h
+            self.timers.rows("copied", self.n_roots)
+            grad_h[:self.n_roots] += held.to(grad_h.dtype)   # (the roots first; grad_h is this
+            return grad_h                                      # step's own, nothing else reads it)
         if got is None:
             return grad_h
         self.timers.rows("copied", grad_h.shape[0] + got.shape[0])
-        return grad_h.clone().index_add_(0, root_plan.ids, got)
+        return grad_h.clone().index_add_(0, roots, got)

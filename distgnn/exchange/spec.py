@@ -32,7 +32,8 @@ class ExchangeSpec:
     apply: str                     #: ``root`` or ``replicas``
     #: cd-r at the root: each exchange's gradient travels back r steps late
     delayed_gradients: bool
-    #: cd-r at the root: the broadcast is cd-0's every step (docs/design.md#fresh-copies)
+    #: cd-r at the root: the broadcast is cd-0's every step (docs/design.md#fresh-copies; by
+    #: default for GAT's attention, off elsewhere)
     fresh_copies: bool
     #: the rule in effect (the first rule, which changes nothing, where no cd-r rule applies)
     rule: type[CdrRule]
@@ -111,7 +112,7 @@ def resolve_messages(algorithm: Algorithm, messages: str = "auto", group: int = 
 
 
 def resolve_exchange(algo: str | Algorithm, apply: str = "auto", *,
-                     delayed_gradients: bool | None = None, fresh_copies: bool = False,
+                     delayed_gradients: bool | None = None, fresh_copies: bool | None = None,
                      rule: str = DEFAULT_RULE, recompute_budget: float | None = None,
                      input_cache: bool = True, layers: int = 2, layer_stack: bool = True,
                      attention: bool = False, messages: str = "auto", message_group: int = 0,
@@ -119,13 +120,17 @@ def resolve_exchange(algo: str | Algorithm, apply: str = "auto", *,
     """The spec of ``algo`` under these options, each as ``distgnn train`` names it; an option
     that does not apply is refused in one line naming it. What the model contributes:
     ``layers``, ``layer_stack`` (a built-in layer stack, whose layer 0 may run on more rows than
-    the roots) and ``attention`` (GAT: one cd-r rule, its own)."""
+    the roots) and ``attention`` (GAT: one cd-r rule, its own). ``fresh_copies`` None: on for
+    attention under cd-r at the root, whose stale source copies do not train
+    (docs/design.md#fresh-copies), off elsewhere."""
     algorithm = algo if isinstance(algo, Algorithm) else parse_algorithm(algo)
     apply = resolve_apply(apply, algorithm)
     at_root = cdr_at_root(algorithm, apply)
     where = f"got {algorithm.name} under {apply}"
     if fresh_copies and not at_root:
         raise DistgnnError(f"--fresh-copies: only for cd-<r> under --apply root ({where})")
+    if fresh_copies is None:
+        fresh_copies = at_root and attention
     if delayed_gradients and not at_root:
         raise DistgnnError(f"--delayed-gradients: only for cd-<r> under --apply root ({where})")
     chosen = rule_class(rule)

@@ -96,11 +96,13 @@ def exchange_for(algo: str, model: ModelShape, apply: str = "auto", fresh_copies
                  layer_stack=shape.recomputes, attention=shape.attention,
                  messages=messages if algorithm.exchange else "auto",
                  message_group=message_group if algorithm.exchange and messages in MESSAGE_BITS else 0)
-    exchange = resolve_exchange(algorithm, resolved, fresh_copies=fresh_copies and at_root,
+    # not asked for: the run's default (on for attention at the root)
+    fresh = True if fresh_copies and at_root else None
+    exchange = resolve_exchange(algorithm, resolved, fresh_copies=fresh,
                                 rule=rule if at_root and not shape.attention else DEFAULT_RULE,
                                 **facts)
     if recompute_budget is not None and exchange.recomputes:
-        exchange = resolve_exchange(algorithm, resolved, fresh_copies=fresh_copies, rule=rule,
+        exchange = resolve_exchange(algorithm, resolved, fresh_copies=fresh, rule=rule,
                                     recompute_budget=recompute_budget, **facts)
     return exchange
 
@@ -166,9 +168,13 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
                 # two messages posted per layer (broadcast and reduce), 1/r of the rows each, and
                 # their delayed gradients; the roots' rows copied into the persistent source table
                 messages = 4 if copies > 0 else 2
+                # held gradients (the prompt rule): the leaves' partial rows take their last
+                # delivered gradient where they were zeroed (no more work), and the roots add
+                # their copies' last one to their rows
+                held = rows * w if spec.rule.hold_gradients and spec.delayed_gradients and copies > 0 else 0.0
                 exchange += messages * (parts - 1) * net.latency + costs.copy_s_per_float * (
-                    (rows + recomputed * rows * (i == 0)) * w + 2 * (leaves + copies) * w / a.delay) + (
-                    pack * 2 * (leaves + copies) * w / a.delay)
+                    (rows + recomputed * rows * (i == 0)) * w + 2 * (leaves + copies) * w / a.delay
+                    + held) + pack * 2 * (leaves + copies) * w / a.delay
             else:
                 exchange += 2 * (parts - 1) * net.latency + (costs.copy_s_per_float * 3 + pack * 2) * leaves * w / a.delay
     allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)

@@ -145,9 +145,11 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str | Excha
     f32, i64, i32 = 4, 8, 4
     n, m = shape.n, shape.m
     spec = registry.shape_spec(model)
+    held = False   # a rule holding its delayed gradients: [n_k, w] more per summed layer
     if isinstance(algo, ExchangeSpec):
         input_cache = algo.input_cache and spec.input_cache
         apply, recompute = algo.apply, algo.recompute_budget or 0.0
+        held = algo.cdr_at_root and algo.delayed_gradients and algo.rule.hold_gradients
         algo = algo.algorithm.name
     algorithm = parse_algorithm(algo)
     at_root = resolve_apply(apply, algorithm) == "root"
@@ -184,8 +186,9 @@ def estimate_shape(shape: PartShape, layers: int, hidden: int, algo: str | Excha
         rows = shape.num_split  # leaf rows sent plus root rows received, about one per split vertex
         exchange = rows * widest * f32
         if delay > 0:
-            # R [n_k, w] per layer, plus r steps of each message in flight (1/r of the rows each)
-            exchange = sum((n + rows) * a * f32 for _, _, a in widths)
+            # R [n_k, w] per layer, plus r steps of each message in flight (1/r of the rows
+            # each; a prompt rule's one step is less), and held gradients (at most [n_k, w])
+            exchange = sum(((2 if held else 1) * n + rows) * a * f32 for _, _, a in widths)
     params = spec.parameters(widths, hidden)
     optimizer = 5 * params * f32
     return MemoryEstimate(k, int(baseline), int(features), int(graph), int(activations),

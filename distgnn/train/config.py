@@ -64,8 +64,9 @@ class TrainConfig:
     #: root; False turns it off there)
     delayed_gradients: bool | None = None
     #: cd-r under root: the roots' rows reach the leaves every step (exact, with their adjoint);
-    #: only the leaves' partials are delayed (docs/design.md#fresh-copies)
-    fresh_copies: bool = False
+    #: only the leaves' partials are delayed (docs/design.md#fresh-copies; None: on for GAT's
+    #: attention, off elsewhere; False turns it off for GAT)
+    fresh_copies: bool | None = None
     #: cd-r under root: the delayed-update rule (a registered name, distgnn/exchange/rules.py;
     #: docs/design.md#cdr-rules)
     cdr_rule: str = DEFAULT_RULE
@@ -100,14 +101,15 @@ class TrainConfig:
 
     def hyperparameters(self) -> dict[str, Any]:
         """The settings a checkpoint must agree with (run length and I/O cadence may change);
-        ``apply``, ``delayed_gradients``, ``recompute_budget`` and ``message_precision`` as the
-        exchange spec resolved them."""
+        ``apply``, ``delayed_gradients``, ``fresh_copies``, ``recompute_budget`` and
+        ``message_precision`` as the exchange spec resolved them."""
         keep = ("algo", "model", "heads", "layers", "hidden", "aggregator", "lr", "dropout", "weight_decay", "seed",
                 "precision", "delayed_gradients", "fresh_copies", "cdr_rule", "recompute_budget", "message_group")
         out = {k: v for k, v in asdict(self).items() if k in keep}
         exchange = self.exchange_spec()
         out["apply"] = exchange.apply
         out["delayed_gradients"] = exchange.delayed_gradients
+        out["fresh_copies"] = exchange.fresh_copies
         out["recompute_budget"] = exchange.recompute_budget
         out["message_precision"] = exchange.messages
         return out

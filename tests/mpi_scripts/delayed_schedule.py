@@ -117,22 +117,41 @@ def attend_inputs(agg: RootAggregation, h: torch.Tensor, w: torch.Tensor, el: to
     return agg.attention(0, (h @ w.T).view(-1, HEADS, WIDTH), el, er, inputs=(h, w))
 
 
+#: the stride-1 steps of a growing rule (``-grow``): every bin moves at steps < 2, one after
+GROW_STEPS = 2
+
+
+def timed(rule: type[CdrRule], timing: frozenset[str]) -> type[CdrRule]:
+    """``rule`` with the timing ``timing`` names: ``prompt`` (each message taken at the next
+    step), ``grow`` (prompt, stride 1 at steps < GROW_STEPS, then r), ``hold`` (held delayed
+    gradients); a user's rule, through the hooks of docs/design.md#rule-hooks."""
+    if not timing:
+        return rule
+    attrs = {"prompt": bool(timing & {"prompt", "grow"}), "hold_gradients": "hold" in timing}
+    if "grow" in timing:
+        attrs["stride"] = lambda self, step, delay: 1 if step < GROW_STEPS else delay
+    return type(f"Timed{rule.__name__}", (rule,), attrs)
+
+
 def spec(delay: int, fresh: bool = False, warm: bool = False, present: bool = False,
          recompute: bool = False, budget: float | None = None,
-         delayed_gradients: bool = False) -> ExchangeSpec:
+         delayed_gradients: bool = False, timing: frozenset[str] = frozenset()) -> ExchangeSpec:
     """cd-<delay> at the root under the rule these flags name (warm and present: the retired
-    rules of bench/retired_rules.py; recompute with ``budget`` None: every source leaf)."""
+    rules of bench/retired_rules.py; recompute with ``budget`` None: every source leaf), timed
+    as ``timing`` says (:func:`timed`)."""
     from bench.retired_rules import Present, Warm, WarmRecompute
 
     rule = {(True, True): WarmRecompute, (True, False): Warm, (False, True): Recompute}.get(
         (warm, recompute), Present if present else CdrRule)
+    rule = timed(rule, timing)
     return ExchangeSpec(parse_algorithm(f"cd-{delay}" if delay else "cd-0"), "root",
                         delayed_gradients, fresh, rule, True,
                         (float("inf") if budget is None else budget) if recompute else None)
 
 
 def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, fresh: bool,
-              attention: str, warm: bool = False, recompute: bool = False) -> list | None:
+              attention: str, warm: bool = False, recompute: bool = False,
+              timing: frozenset[str] = frozenset()) -> list | None:
     """Under apply-at-root with delayed gradients, the same inputs at every step (step 0's) and the
     loss sum(out * weight), weight fixed by global id: per step, every root's input gradient (z, el,
     er for attention; h, el, er and, under the key "W", the rank's W gradient for its input form;
@@ -140,7 +159,7 @@ def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, f
     every row the rank computes on, its recomputed leaves' included, under the key "rows"."""
     agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1,
                           exchange=spec(delay, fresh, warm, recompute=recompute,
-                                        delayed_gradients=True),
+                                        delayed_gradients=True, timing=timing),
                           recompute=recompute)
     if recompute:
         gids, out = part.local_to_global[agg.training_rows()], []
@@ -179,6 +198,12 @@ def gradients(comm: Communicator, part: PartitionData, delay: int, steps: int, f
 def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     part = build(comm.rank, comm.size)
     algorithm = parse_algorithm(algo)
+    timing = set()   # -prompt, -grow, -hold, last (any of them, in this order)
+    for word in ("hold", "grow", "prompt"):
+        if apply.endswith(f"-{word}"):
+            timing.add(word)
+            apply = apply.removesuffix(f"-{word}")
+    timing = frozenset(timing)
     warm = apply.endswith("-warm")     # --cdr-rule warm
     apply = apply.removesuffix("-warm")
     present = apply.endswith("-present")   # --cdr-rule present
@@ -194,7 +219,7 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     gradient_kinds = {"root-grad": "", "root-gat-grad": "z", "root-gat-inputs-grad": "inputs"}
     if apply in gradient_kinds:  # frozen inputs: each root's input gradients
         return gradients(comm, part, algorithm.delay, steps, fresh, gradient_kinds[apply], warm,
-                         recompute)
+                         recompute, timing)
     if apply in ("root-gat", "root-gat-inputs"):  # GAT's attention at the roots
         agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1,
                               exchange=spec(algorithm.delay, fresh))
@@ -212,7 +237,7 @@ def run(comm: Communicator, algo: str, steps: int, apply: str) -> list | None:
     if apply == "root":
         agg = RootAggregation(part, "mean", comm, comm.dup(), Timers(), 1,
                               exchange=spec(algorithm.delay, fresh, warm, present, recompute,
-                                            budget),
+                                            budget, timing=timing),
                               recompute=recompute)
         rows = part.num_roots
         if recompute:  # layer 1: each leaf source's row computed on its own rank, at this step
@@ -241,7 +266,8 @@ def main() -> None:
     attention at the roots, or root-gat-inputs: the same for a layer that hands its (h, W); each
     with -fresh: --fresh-copies, or -recompute: --cdr-rule recompute, driving layer 1 (root and
     root-grad only; root also -recompute-bB: --recompute-budget B); then -warm: --cdr-rule warm
-    (root and root-grad only), or -present: --cdr-rule present (root only); root-grad,
+    (root and root-grad only), or -present: --cdr-rule present (root only); then any of
+    -prompt, -grow, -hold (the timings of :func:`timed`, root and root-grad); root-grad,
     root-gat-grad, root-gat-inputs-grad: their input gradients); prints
     {spec before ':': values[rank][step][vertex]} on rank 0."""
     comm = Communicator()

@@ -61,7 +61,7 @@ def part_stores(wildcards):
 def train_options(algo):
     """`distgnn train` options of one algorithm from config['train'] (the experiment's model and
     schedule): `apply` as configured (refused at load time where the algorithm cannot run it),
-    `delayed_gradients` (when set), `fresh_copies` (when true), `cdr_rule` and
+    `delayed_gradients` and `fresh_copies` (when set), `cdr_rule` and
     `recompute_budget` (when set) for cd-<r> only, the one algorithm they apply to;
     `message_precision` (one width, or one per algorithm) and `message_group` for the algorithms
     that send training rows."""
@@ -89,8 +89,8 @@ def train_options(algo):
         options.append(f"--message-group {t['message_group']}")
     if t.get("delayed_gradients") is not None and algorithm.cdr_variant:
         options.append("--delayed-gradients" if t["delayed_gradients"] else "--no-delayed-gradients")
-    if t.get("fresh_copies") and algorithm.cdr_variant:
-        options.append("--fresh-copies")
+    if t.get("fresh_copies") is not None and algorithm.cdr_variant:
+        options.append("--fresh-copies" if t["fresh_copies"] else "--no-fresh-copies")
     if t.get("cdr_rule") and algorithm.cdr_variant:
         options.append(f"--cdr-rule {t['cdr_rule']}")
     if t.get("recompute_budget") is not None and algorithm.cdr_variant:
