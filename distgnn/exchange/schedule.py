@@ -130,7 +130,7 @@ class DelayedSchedule:
             return grad_h
         got = self.post_and_take_gradient(mailbox, channel, step, grad_table[leaf_plan.ids],
                                           leaf_plan, root_plan, Direction.REDUCE)
-        roots = (taken_roots or root_plan).ids
+        roots = (root_plan if taken_roots is None else taken_roots).ids
         if self.hold_gradients and extra is not None:
             held = extra.get("held_copies_grad")
             if got is not None:
