@@ -9,7 +9,8 @@ Each cell (family, draw, model, P) is one ``python -m bench.algorithms ... --jso
 family's work folder (``DIR/<family>-d<draw>``: its graph and partitions are shared by the cell's
 models), the cell's figures kept in ``DIR/cells/<cell>.json`` with its seeds and epochs; only
 the algorithms a cell's file lacks run, so an interrupted sweep continues where it stopped and
-another algorithm joins the figures already there. The families' recipes (scale,
+another algorithm joins the figures already there (a cell file without its seeds and epochs,
+from before they were recorded, runs again whole). The families' recipes (scale,
 twin options, epochs, hidden width, learning rate, dropout) are :data:`FAMILIES`; ``--epochs``
 overrides every recipe's.
 
@@ -86,7 +87,7 @@ def run_cell(work: Path, family: str, draw: int, model: str, parts: int, seeds: 
     out = work / "cells" / f"{cell_name(family, draw, model, parts)}.json"
     recipe = FAMILIES[family]
     settings = {"seeds": list(seeds), "epochs": epochs or recipe.epochs}
-    runs = [for_model(a, model) for a in algos]
+    runs = list(dict.fromkeys(for_model(a, model) for a in algos))   # (GAT: int widths -> one)
     kept = json.loads(out.read_text()) if out.exists() else None
     if kept is not None and kept.get("settings") != settings:
         kept = None   # other seeds or epochs: every algorithm runs again
@@ -128,6 +129,7 @@ def summarize(cells: dict[str, dict], reference: str, measured: str, floor: str,
         ref, mea = for_model(reference, model), for_model(measured, model)
         shown = [for_model(a, model) for a in algos] if algos else list(cell["algos"])
         acc = {a: 100 * statistics.mean(cell["algos"][a]["test"]) for a in shown}
+        columns = [acc[a] for a in shown]   # one per algorithm asked, repeats kept (GAT)
         gap = acc[mea] - acc[ref]
         low = floor in acc and acc[mea] < acc[floor]
         below += low
@@ -135,7 +137,7 @@ def summarize(cells: dict[str, dict], reference: str, measured: str, floor: str,
         fraction = cell["algos"][mea]["bytes_per_epoch"] / ref_bytes if ref_bytes else float("nan")
         gaps.append(gap)
         fractions.append(fraction)
-        rows.append(f"| {name} | {cell['metric']} | " + " | ".join(f"{acc[a]:.2f}" for a in acc)
+        rows.append(f"| {name} | {cell['metric']} | " + " | ".join(f"{v:.2f}" for v in columns)
                     + f" | {gap:+.2f} | {'yes' if low else 'no'} | {fraction:.3f} |")
     stats = {"cells": len(gaps), "mean_gap": statistics.mean(gaps) if gaps else float("nan"),
              "worst_gap": min(gaps) if gaps else float("nan"), "below_floor": below,

@@ -31,6 +31,8 @@ RUNS: dict[str, list[str]] = {
     "cd-5": ["--algo", "cd-5"],
     "0c": ["--algo", "0c"],
     "gat-cd-5": ["--algo", "cd-5", "--model", "gat", "--heads", "2"],
+    "gat-cd-5-stale": ["--algo", "cd-5", "--model", "gat", "--heads", "2", "--no-fresh-copies"],
+    "cd-5-prompt": ["--algo", "cd-5", "--cdr-rule", "prompt"],
     "cd-5-replicas": ["--algo", "cd-5", "--apply", "replicas"],
     "cd-5-orig": ["--algo", "cd-5-orig"],
     "cd-5-fresh": ["--algo", "cd-5", "--fresh-copies"],

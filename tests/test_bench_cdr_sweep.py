@@ -105,3 +105,25 @@ def test_gat_runs_integer_widths_at_bf16_and_a_cell_missing_an_algorithm_runs_ag
     assert cdr_sweep.main(argv[:-3] + ["cd-0", "cd-1+msg=int2", "0c"]) == 0 and len(commands) == 3
     assert cdr_sweep.main(argv + ["--seeds", "5"]) == 0 and len(commands) == 5
     assert commands[3][commands[3].index("--algos") + 1:][:3] == ["cd-0", "cd-1+msg=int4", "0c"]
+
+
+def test_two_integer_widths_run_gat_once_and_its_row_keeps_a_column_each(tmp_path: Path, monkeypatch,
+                                                                          capsys) -> None:
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        out = Path(command[command.index("--json") + 1])
+        out.write_text(json.dumps({"metric": "accuracy", "algos": {
+            a: {"test": [t], "bytes_per_epoch": b}
+            for a, t, b in (("cd-0", 0.8, 10.0), ("cd-1+msg=bf16", 0.79, 5.0), ("0c", 0.7, 0.0))}}))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(cdr_sweep.subprocess, "run", fake_run)
+    assert cdr_sweep.main(["--work", str(tmp_path), "--families", "synth-reddit", "--draws", "0",
+                           "--models", "gat", "--parts", "4", "--algos", "cd-0", "cd-1+msg=int4",
+                           "cd-1+msg=int2", "0c"]) == 0
+    [command] = commands
+    assert command[command.index("--algos") + 1:][:4] == ["cd-0", "cd-1+msg=bf16", "0c", "--model"]
+    row = "| synth-reddit-d0-gat-P4 | accuracy | 80.00 | 79.00 | 79.00 | 70.00 | -1.00 | no | 0.500 |"
+    assert capsys.readouterr().out.count(row) == 2   # the tables of int4 and of int2

@@ -274,7 +274,7 @@ def test_0c_and_cdr_keep_their_settled_layer0_aggregate(narrow_input_parts, tmp_
 RESUME_CASES = [
     ("cd-0", False, "auto", ()), ("cd-3", False, "auto", ()), ("cd-3", True, "auto", ()),
     ("cd-3", True, "replicas", ()), ("cd-3", False, "auto", ("--fresh-copies",)),
-    ("cd-3", False, "auto", ("--model", "gat", "--heads", "2", "--hidden", "8")),
+    ("cd-3", False, "auto", ("--model", "gat", "--heads", "2", "--hidden", "8", "--no-fresh-copies")),
     ("cd-0", False, "auto", ("--message-precision", "int8")),
     ("cd-3", False, "auto", ("--message-precision", "int2")),
     ("cd-3", False, "auto", ("--cdr-rule", "prompt"))]

@@ -85,7 +85,8 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
                              "GAT, whose stale copies do not train; docs/design.md#fresh-copies)")
     copies.add_argument("--no-fresh-copies", dest="fresh_copies", action="store_false",
                         default=None, help="cd-<r> under --apply root: the roots' rows reach the "
-                        "leaves in bins, r epochs late, for GAT too")
+                        "leaves in bins, r epochs late, for GAT too (accepted and without effect "
+                        "elsewhere, as the workflow passes it to every cd-r run)")
     p.add_argument("--cdr-rule", choices=rule_names(), default=None,
                    help="cd-<r> under --apply root, the delayed-update rule: " + rules_help()
                         + " (default: " + d.cdr_rule + "; docs/design.md#cdr-rules)")

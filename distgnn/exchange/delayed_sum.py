@@ -8,8 +8,10 @@ of a step chosen by its stride: :mod:`distgnn.exchange.schedule`). So a leaf's c
 steps old, and a root aggregates ``a = p_root(e) + R`` where R, the sum of its leaves' last
 delivered partials, is r to 2r - 1 steps old. Before the first delivery a copy and R are zero.
 With delayed gradients each exchange's adjoint moves in backward for the same bin and is consumed
-r steps later (channels ``partials_grad`` and ``copies_grad``); without them copies and R are
-constants in backward (docs/design.md#cd-r-at-the-root).
+r steps later (one under a prompt rule: ``schedule.steps_late``; channels ``partials_grad`` and
+``copies_grad``), added once, or held and added at every step under a rule that holds them
+(docs/design.md#held-gradients); without them copies and R are constants in backward
+(docs/design.md#cd-r-at-the-root).
 """
 from __future__ import annotations
 
@@ -57,8 +59,8 @@ class DelayedSumState:
 
 class DelayedReduceGrad(torch.autograd.Function):
     """a = p[:n_roots] + R, whose backward also posts the roots' gradient of this step's bin to
-    the leaves that sent partials, and adds to the leaves' partials the gradient posted r steps
-    ago (a delayed adjoint of the reduce)."""
+    the leaves that sent partials, and adds to the leaves' partials the gradient posted
+    ``steps_late`` steps ago (a delayed adjoint of the reduce; held: every leaf row's last one)."""
 
     @staticmethod
     def forward(ctx, p: torch.Tensor, remote: torch.Tensor, schedule: DelayedSchedule,

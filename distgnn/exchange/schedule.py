@@ -3,8 +3,8 @@
 Split vertex v is in bin ``global_id(v) mod r``; at a layer's training step e, bin ``e mod r``
 moves, and each message is consumed r steps after it was posted (docs/design.md#cd-r-at-the-root).
 A rule may shorten that *lag* to one step and choose a *stride* s <= r per step: the bins b with
-b = e (mod s) then move at step e (stride 1: every bin; stride r: bin e mod r), so every split
-vertex still moves at least once in any s consecutive steps (docs/design.md#prompt-delivery).
+b = e (mod s) then move at step e (stride 1: every bin; stride r: bin e mod r); under a constant
+stride every split vertex moves once in any s consecutive steps (docs/design.md#prompt-delivery).
 """
 from __future__ import annotations
 
@@ -131,7 +131,9 @@ class DelayedSchedule:
         got = self.post_and_take_gradient(mailbox, channel, step, grad_table[leaf_plan.ids],
                                           leaf_plan, root_plan, Direction.REDUCE)
         roots = (root_plan if taken_roots is None else taken_roots).ids
-        if self.hold_gradients and extra is not None:
+        if self.hold_gradients:
+            if extra is None:
+                raise ValueError("held gradients need the layer's state (extra)")
             held = extra.get("held_copies_grad")
             if got is not None:
                 if held is None:
@@ -140,9 +142,10 @@ class DelayedSchedule:
                 held.index_add_(0, roots, got)
             if held is None:
                 return grad_h
-            self.timers.rows("copied", self.n_roots)
-            grad_h[:self.n_roots] += held.to(grad_h.dtype)   # (the roots first; grad_h is this
-            return grad_h                                      # step's own, nothing else reads it)
+            self.timers.rows("copied", grad_h.shape[0] + self.n_roots)
+            out = grad_h.clone()
+            out[:self.n_roots] += held.to(grad_h.dtype)   # (the roots first)
+            return out
         if got is None:
             return grad_h
         self.timers.rows("copied", grad_h.shape[0] + got.shape[0])
