@@ -1,4 +1,5 @@
-"""README's "Several hosts" commands are ones the tools accept: every `cluster/multihost.sh`
+"""The emulated cluster's commands (docs/multihost.md, which README's "Several hosts" points to)
+are ones the tools accept: every `cluster/multihost.sh`
 subcommand it shows is one the script dispatches (and every one the script has is shown), every
 `link` form it shows is one `link` takes, the `distgnn launch` lines parse with the real parser,
 and the Snakemake line carries the flags the Slurm tests pass. Needs no native build or cluster.
@@ -12,10 +13,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def commands_section() -> str:
+    """docs/multihost.md's "The commands" section."""
+    return (ROOT / "docs" / "multihost.md").read_text().split("## The commands", 1)[1].split("\n## ", 1)[0]
+
+
 def several_hosts_commands() -> list[list[str]]:
     """The shell commands of the section's code block, continuation lines joined, comments cut."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("### Several hosts", 1)[1].split("\n## ", 1)[0]
+    section = commands_section()
     block = section.split("```bash", 1)[1].split("```", 1)[0]
     joined = re.sub(r"\\\n\s*", " ", block)
     return [shlex.split(line, comments=True) for line in joined.splitlines() if line.strip()]
@@ -36,13 +41,13 @@ def link_forms() -> set[str]:
 def test_the_section_shows_every_subcommand_and_only_real_ones() -> None:
     commands = several_hosts_commands()
     shown = {c[2] for c in commands if c[:2] == ["bash", "cluster/multihost.sh"]}
-    section = (ROOT / "README.md").read_text().split("### Several hosts", 1)[1].split("\n## ", 1)[0]
+    section = commands_section()
     named_in_comments = set(re.findall(r"`(status|revive|env)\b", section))
     dispatch = script_dispatch()
     assert dispatch >= {"start", "stop", "status", "link", "lose", "revive", "exec"}
-    assert shown <= dispatch, f"README shows subcommands the script lacks: {shown - dispatch}"
+    assert shown <= dispatch, f"docs/multihost.md shows subcommands the script lacks: {shown - dispatch}"
     assert dispatch - {"env"} <= shown | named_in_comments, \
-        f"README never names: {dispatch - {'env'} - shown - named_in_comments}"
+        f"docs/multihost.md never names: {dispatch - {'env'} - shown - named_in_comments}"
 
 
 def test_link_lines_use_forms_the_script_takes_on_its_hosts() -> None:
