@@ -16,6 +16,17 @@ def add_threads_option(p: argparse.ArgumentParser, what: str, default: int | Non
                    help=f"{what} (0: all cores; default: {default_help})")
 
 
+def add_fresh_copies_options(p: argparse.ArgumentParser, on_help: str, off_help: str) -> None:
+    """``--fresh-copies`` / ``--no-fresh-copies`` into ``fresh_copies``: True, False, or None when
+    neither is given (the run's default: on for attention under cd-<r> at the root,
+    docs/design.md#fresh-copies)."""
+    copies = p.add_mutually_exclusive_group()
+    copies.add_argument("--fresh-copies", dest="fresh_copies", action="store_true", default=None,
+                        help=on_help)
+    copies.add_argument("--no-fresh-copies", dest="fresh_copies", action="store_false",
+                        default=None, help=off_help)
+
+
 def check_threads(threads: int | None) -> None:
     """Refuse a negative ``--threads`` in one line (None: not given, the command's default)."""
     if threads is not None and threads < 0:

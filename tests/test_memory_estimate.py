@@ -218,6 +218,14 @@ def test_estimate_memory_cli_before_and_beside_built_parts(assigned, capsys) -> 
     assert cli.main(args + ["--part", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--part" in err and "0 <= K < 3" in err
+    # the copies' options as distgnn train takes them: --no-fresh-copies anywhere, --fresh-copies
+    # only where it applies (cd-<r> at the root)
+    assert cli.main(args + ["--algo", "cd-5", "--no-fresh-copies", "--json"]) == 0
+    assert cli.main(args + ["--algo", "cd-0", "--no-fresh-copies", "--json"]) == 0
+    capsys.readouterr()
+    assert cli.main(args + ["--algo", "cd-0", "--fresh-copies"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--fresh-copies" in err
 
 
 # -- what the ranks may use: the node, the cgroup, the Slurm job --------------------------------

@@ -235,6 +235,56 @@ def test_cli_predict_fresh_copies(tmp_path, capsys):
     assert "| cd-5 --fresh-copies | root | 8 |" in capsys.readouterr().out
 
 
+def test_gat_predictions_take_fresh_copies_by_default_and_stale_ones_when_asked(tmp_path, capsys):
+    """As distgnn train resolves them: GAT's cd-r copies are fresh unless --no-fresh-copies, and
+    the table names only the option that differs from that default (never a rule GAT has not)."""
+    from distgnn.cli import main
+
+    cal = _calibration(tmp_path)
+    common = ["scaling-model", "predict", "--calibration", str(cal), "--parts", "1", "8",
+              "--algos", "cd-0", "cd-5", "--model", "gat", "--layers", "2", "--hidden", "16"]
+    runs = {}
+    for option in ("", "--fresh-copies", "--no-fresh-copies"):
+        assert main(common + ["--json"] + ([option] if option else [])) == 0
+        runs[option] = {(r["algo"], r["P"]): r for r in json.loads(capsys.readouterr().out)}
+    assert runs[""]["cd-5", 8]["fresh_copies"] and runs["--fresh-copies"]["cd-5", 8]["fresh_copies"]
+    assert not runs["--no-fresh-copies"]["cd-5", 8]["fresh_copies"]
+    assert runs["--no-fresh-copies"]["cd-5", 8]["speedup"] > runs[""]["cd-5", 8]["speedup"]
+    assert not runs["--no-fresh-copies"]["cd-0", 8]["fresh_copies"]   # nothing to keep stale
+    assert main(common) == 0
+    text = capsys.readouterr().out
+    assert "| cd-5 | root | 8 |" in text and "fresh-copies" not in text and "--cdr-rule" not in text
+    assert main(common + ["--no-fresh-copies"]) == 0
+    assert "| cd-5 --no-fresh-copies | root | 8 |" in capsys.readouterr().out
+    sage = [a for a in common if a not in ("--model", "gat")]
+    assert main(sage + ["--no-fresh-copies"]) == 0   # GraphSAGE: stale copies are its default
+    assert "| cd-5 | root | 8 |" in capsys.readouterr().out
+
+
+def test_held_gradients_cost_one_pass_over_the_root_rows_per_layer():
+    """The prompt rule's held gradients: the same messages as recompute's, plus one pass over
+    the roots' rows [N / P, w] per aggregated layer whose leaves read copies (the copies' last
+    gradient added); nothing at P = 1."""
+    law = ReplicationLaw(a=0.8, b=0.5)
+    net = NetworkModel()
+    costs = _costs()
+    for p in (2, 16, 128):
+        plain, held = (predict_epoch(p, "cd-5", GRAPH, MODEL, costs, law, net, rule=rule)
+                       for rule in ("recompute", "prompt"))
+        widths = MODEL.aggregated_widths(GRAPH, "cd-5", p, True)
+        # the first aggregated layer reads copies only where RF - 1 exceeds the recompute budget
+        # (1 leaf row per root); below it every leaf recomputes its row, and nothing is held
+        read = widths if law(p) - 1 > 1 else widths[1:]
+        assert (p == 2) == (read != widths)   # RF(2) = 1.8, RF(16) = 4.1
+        assert held.exchange_s - plain.exchange_s == pytest.approx(
+            costs.copy_s_per_float * GRAPH.num_nodes / p * sum(read), rel=1e-9)
+        assert (held.dense_s, held.aggregate_s, held.bytes_forward) == (
+            plain.dense_s, plain.aggregate_s, plain.bytes_forward)
+    one = [predict_epoch(1, "cd-5", GRAPH, MODEL, costs, law, net, rule=rule).total_s
+           for rule in ("recompute", "prompt")]
+    assert one[0] == one[1]
+
+
 def test_root_aggregation_counts_the_compact_tables_rows() -> None:
     """Under root the kernel writes n_dst rows forward and n_src backward (docs/design.md#
     compact-rows): the row term is N / P (1 + (RF - 1) (f_in + f_out) / 2) x vertex balance;

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from distgnn.errors import DistgnnError
 from distgnn.models import registry
+from distgnn.options import add_fresh_copies_options
 from distgnn.vocabulary import APPLY_MODES, MESSAGE_PRECISIONS
 
 #: Shapes of the real graphs (vertices, directed edges aggregated over, features, classes).
@@ -52,9 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     pr.add_argument("--apply", choices=APPLY_MODES, default="auto",
                     help="where the dense work runs, as distgnn train --apply (auto: root for cd-0 "
                          "and cd-<r>, replicas for 0c and cd-<r>-orig)")
-    pr.add_argument("--fresh-copies", action="store_true",
-                    help="cd-<r> at the root as under distgnn train --fresh-copies: the broadcast "
-                         "every step (blocking, with its adjoint), only the partials delayed")
+    add_fresh_copies_options(
+        pr, "cd-<r> at the root as under distgnn train --fresh-copies: the broadcast every step "
+            "(blocking, with its adjoint), only the partials delayed (the default for GAT)",
+        "cd-<r> at the root as under distgnn train --no-fresh-copies: the roots' rows in bins, "
+        "r steps late, for GAT too")
     pr.add_argument("--cdr-rule", default=None, metavar="RULE",
                     help="cd-<r> at the root as under distgnn train --cdr-rule RULE (steady "
                          "state; default: the train default)")
@@ -89,7 +92,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     me.add_argument("--no-input-cache", action="store_true", help="as distgnn train --no-input-cache")
     me.add_argument("--apply", choices=APPLY_MODES, default="auto",
                     help="as distgnn train --apply")
-    me.add_argument("--fresh-copies", action="store_true", help="as distgnn train --fresh-copies")
+    add_fresh_copies_options(me, "as distgnn train --fresh-copies",
+                             "as distgnn train --no-fresh-copies")
     me.add_argument("--cdr-rule", default=None, metavar="RULE",
                     help="as distgnn train --cdr-rule (default: the train default)")
     me.add_argument("--recompute-budget", type=float, default=None, metavar="B",
@@ -186,7 +190,7 @@ def exchange_from_args(args: argparse.Namespace):
     from distgnn.exchange.spec import resolve_exchange
 
     spec = registry.spec(args.model)
-    return resolve_exchange(args.algo, args.apply, fresh_copies=args.fresh_copies or None,
+    return resolve_exchange(args.algo, args.apply, fresh_copies=args.fresh_copies,
                             rule=args.cdr_rule or default_rule(),
                             recompute_budget=args.recompute_budget,
                             input_cache=not args.no_input_cache, layers=args.layers,
@@ -194,11 +198,13 @@ def exchange_from_args(args: argparse.Namespace):
 
 
 def row_label(row: dict) -> str:
-    """The algorithm of a prediction row as ``distgnn train`` spells it (``cd-5 --fresh-copies``)."""
+    """The algorithm of a prediction row as ``distgnn train`` spells it (``cd-5 --fresh-copies``;
+    a row's ``copies_option`` names the copies only where they are not the run's default)."""
     from distgnn.exchange.rules import DEFAULT_RECOMPUTE_BUDGET, DEFAULT_RULE
 
-    label = row["algo"] + (" --fresh-copies" if row.get("fresh_copies") else "")
-    if row.get("rule") not in (None, DEFAULT_RULE):
+    option = row.get("copies_option", "--fresh-copies" if row.get("fresh_copies") else "")
+    label = row["algo"] + (f" {option}" if option else "")
+    if row.get("rule") not in (None, DEFAULT_RULE) and not row.get("attention"):  # GAT has one rule
         label += f" --cdr-rule {row['rule']}"
     if row.get("recompute_budget") not in (None, DEFAULT_RECOMPUTE_BUDGET):
         label += f" --recompute-budget {row['recompute_budget']:g}"

@@ -14,7 +14,7 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
     """The training options shared by ``train`` and ``launch`` (``threads_default``: what an
     unset ``--threads`` means, for the help)."""
     from distgnn.models import registry
-    from distgnn.options import add_threads_option
+    from distgnn.options import add_fresh_copies_options, add_threads_option
     from distgnn.train.config import TrainConfig
     from distgnn.vocabulary import APPLY_MODES, MESSAGE_PRECISIONS, PRECISION_CHOICES
     from distgnn.exchange.rules import DEFAULT_RECOMPUTE_BUDGET, rule_names, rules_help
@@ -77,16 +77,13 @@ def add_train_options(p: argparse.ArgumentParser, threads_default: str = "all") 
     gradients.add_argument("--no-delayed-gradients", dest="delayed_gradients", action="store_false",
                            default=None, help="cd-<r> under --apply root: copies and remote parts are constants in "
                                 "backward (no backward exchange but, under --fresh-copies, the broadcast's exact adjoint)")
-    copies = p.add_mutually_exclusive_group()
-    copies.add_argument("--fresh-copies", dest="fresh_copies", action="store_true", default=None,
-                        help="cd-<r> under --apply root: the roots send their rows to the leaves "
-                             "every epoch, exact with their adjoint, and only the leaves' partials "
-                             "are delayed: more accurate, more forward bytes (the default for "
-                             "GAT, whose stale copies do not train; docs/design.md#fresh-copies)")
-    copies.add_argument("--no-fresh-copies", dest="fresh_copies", action="store_false",
-                        default=None, help="cd-<r> under --apply root: the roots' rows reach the "
-                        "leaves in bins, r epochs late, for GAT too (accepted and without effect "
-                        "elsewhere, as the workflow passes it to every cd-r run)")
+    add_fresh_copies_options(
+        p, "cd-<r> under --apply root: the roots send their rows to the leaves every epoch, exact "
+           "with their adjoint, and only the leaves' partials are delayed: more accurate, more "
+           "forward bytes (the default for GAT, whose stale copies do not train; "
+           "docs/design.md#fresh-copies)",
+        "cd-<r> under --apply root: the roots' rows reach the leaves in bins, r epochs late, for "
+        "GAT too (accepted and without effect elsewhere, as the workflow passes it to every cd-r run)")
     p.add_argument("--cdr-rule", choices=rule_names(), default=None,
                    help="cd-<r> under --apply root, the delayed-update rule: " + rules_help()
                         + " (default: " + d.cdr_rule + "; docs/design.md#cdr-rules)")

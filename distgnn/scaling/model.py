@@ -83,7 +83,7 @@ class EpochPrediction:
         return max(parts, key=parts.get)
 
 
-def exchange_for(algo: str, model: ModelShape, apply: str = "auto", fresh_copies: bool = False,
+def exchange_for(algo: str, model: ModelShape, apply: str = "auto", fresh_copies: bool | None = None,
                  rule: str = DEFAULT_RULE, recompute_budget: float | None = None,
                  messages: str = "auto", message_group: int = 0) -> ExchangeSpec:
     """The exchange spec a run of ``algo`` with these ``distgnn train`` options resolves to, the
@@ -96,8 +96,8 @@ def exchange_for(algo: str, model: ModelShape, apply: str = "auto", fresh_copies
                  layer_stack=shape.recomputes, attention=shape.attention,
                  messages=messages if algorithm.exchange else "auto",
                  message_group=message_group if algorithm.exchange and messages in MESSAGE_BITS else 0)
-    # not asked for: the run's default (on for attention at the root)
-    fresh = True if fresh_copies and at_root else None
+    # None (not asked for): the run's default, on for attention at the root
+    fresh = fresh_copies if at_root else None
     exchange = resolve_exchange(algorithm, resolved, fresh_copies=fresh,
                                 rule=rule if at_root and not shape.attention else DEFAULT_RULE,
                                 **facts)
@@ -110,7 +110,7 @@ def exchange_for(algo: str, model: ModelShape, apply: str = "auto", fresh_copies
 def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, costs: ComputeCosts,
                   law: ReplicationLaw, net: NetworkModel, rf: float | None = None,
                   ranks_per_node: int = 1, apply: str = "auto",
-                  fresh_copies: bool = False, rule: str = FIRST_RULE,
+                  fresh_copies: bool | None = None, rule: str = FIRST_RULE,
                   recompute_budget: float | None = None,
                   spec: ExchangeSpec | None = None, messages: str = "auto",
                   message_group: int = 0) -> EpochPrediction:
@@ -217,7 +217,7 @@ def rows_sent(delay: int, apply: str, fresh_copies: bool, leaves: float, recompu
 
 def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law: ReplicationLaw,
                   net: NetworkModel, algos: list[str], parts: list[int], ranks_per_node: int = 1,
-                  apply: str = "auto", fresh_copies: bool = False, rule: str = FIRST_RULE,
+                  apply: str = "auto", fresh_copies: bool | None = None, rule: str = FIRST_RULE,
                   recompute_budget: float | None = None, messages: str = "auto",
                   message_group: int = 0) -> list[dict]:
     """One row per (algo, P): the prediction's parts, total and speedup over P = 1 (cd-0 at P = 1
@@ -228,6 +228,7 @@ def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law
     ``--message-precision`` and ``--message-group`` for every algorithm that sends rows (the
     P = 1 reference sends none)."""
     base = predict_epoch(1, "cd-0", graph, model, costs, law, net).total_s
+    attention = registry.shape_spec(model.model).attention
     rows = []
     for algo in algos:
         for p in parts:
@@ -235,7 +236,9 @@ def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law
                               apply=apply, fresh_copies=fresh_copies, rule=rule,
                               recompute_budget=recompute_budget, messages=messages,
                               message_group=message_group)
-            rows.append({"algo": algo, "apply": e.apply, "fresh_copies": e.fresh_copies, "P": p,
+            rows.append({"algo": algo, "apply": e.apply, "fresh_copies": e.fresh_copies,
+                         "copies_option": copies_option(algo, e, attention),
+                         "attention": attention, "P": p,
                          "messages": e.messages,
                          "rule": e.rule, "recompute_budget": e.recompute_budget,
                          "rf": e.replication_factor,
@@ -243,3 +246,12 @@ def speedup_table(graph: GraphShape, model: ModelShape, costs: ComputeCosts, law
                          "speedup": base / e.total_s, "aggregate_s": e.aggregate_s, "dense_s": e.dense_s,
                          "exchange_s": e.exchange_s, "allreduce_s": e.allreduce_s, "dominant": e.dominant()})
     return rows
+
+
+def copies_option(algo: str, prediction: EpochPrediction, attention: bool) -> str:
+    """The ``distgnn train`` option that gives a prediction's copies, "" where they are the run's
+    default (fresh for attention under cd-<r> at the root, stale elsewhere)."""
+    default = cdr_at_root(parse_algorithm(algo), prediction.apply) and attention
+    if prediction.fresh_copies == default:
+        return ""
+    return "--fresh-copies" if prediction.fresh_copies else "--no-fresh-copies"
