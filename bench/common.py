@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -28,6 +29,45 @@ def machine_line(threads: int) -> str:
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (f"{model}, {os.cpu_count()} cores visible, {threads} threads used, load average {load} "
             f"(shared machine), torch {torch.__version__}, {now}")
+
+
+def add_codec_table_options(parser) -> None:
+    """The options of the codec benches (bench.message_codec, bench.gather_encode): row widths,
+    repeats, threads per call, and where to write the table."""
+    parser.add_argument("--widths", type=int, nargs="+", default=[64, 172, 256])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 0],
+                        help="threads per call (0: all cores)")
+    parser.add_argument("--out", default=None, help="also write the table here")
+
+
+def table_row(lines: List[str], *cells: object) -> None:
+    """Append one markdown row of ``cells`` to ``lines`` and print it at once (long benches)."""
+    line = "| " + " | ".join(str(c) for c in cells) + " |"
+    lines.append(line)
+    print(line, flush=True)
+
+
+def finish_table(lines: List[str], out: str | None) -> None:
+    """Print and append the load average after a table's runs; write ``lines`` to ``out`` when
+    given (a bench's ``--out``)."""
+    tail = f"\nload average after: {os.getloadavg()[0]:.2f}"
+    print(tail)
+    lines.append(tail)
+    if out:
+        Path(out).write_text("\n".join(lines) + "\n")
+
+
+def interleaved_median(cases: Dict[str, Callable[[], object]], repeats: int) -> Dict[str, float]:
+    """Seconds per case: the median over ``repeats`` rounds, cases interleaved within each round
+    (as :func:`interleaved_min`)."""
+    times: Dict[str, List[float]] = {name: [] for name in cases}
+    for _ in range(repeats):
+        for name, fn in cases.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def interleaved_min(cases: Dict[str, Callable[[], object]], repeats: int) -> Dict[str, float]:

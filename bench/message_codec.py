@@ -16,35 +16,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
-from pathlib import Path
 
 import torch
 
-from bench.common import machine_line
+from bench.common import (add_codec_table_options, finish_table, interleaved_median,
+                          machine_line, table_row)
 from distgnn.kernels import ops
 from distgnn.kernels.message_codec import MessageCodec
-
-
-def timed(fn, repeats: int) -> list[float]:
-    out = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - start)
-    return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=200_000)
-    parser.add_argument("--widths", type=int, nargs="+", default=[64, 172, 256])
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 0],
-                        help="threads per call (0: all cores)")
-    parser.add_argument("--out", default=None, help="also write the table here")
+    add_codec_table_options(parser)
     args = parser.parse_args()
     lines = [f"# Wire codec vs memcpy: {args.rows} rows, median of {args.repeats}",
              machine_line(max(args.threads) or (os.cpu_count() or 1)), "",
@@ -65,30 +50,23 @@ def main() -> int:
                     codec = MessageCodec(precision, threads=threads)
                     packed = codec.encode(x)
                     into = torch.empty_like(x)  # decode into a buffer made once, as the copy does
-                    runs = {"encode": [], "stochastic": [], "decode": [], "memcpy": []}
                     saved = torch.get_num_threads()
                     if threads:
                         torch.set_num_threads(threads)
-                    for _ in range(args.repeats):  # alternate the contenders
-                        runs["memcpy"] += timed(lambda: copy_into.copy_(x), 1)
-                        runs["encode"] += timed(lambda: codec.encode(x), 1)
-                        runs["stochastic"] += timed(lambda: codec.encode(x, True, 7), 1)
-                        runs["decode"] += timed(lambda: codec.decode(packed, width, out=into), 1)
+                    runs = interleaved_median({  # the contenders alternate
+                        "memcpy": lambda: copy_into.copy_(x),
+                        "encode": lambda: codec.encode(x),
+                        "stochastic": lambda: codec.encode(x, True, 7),
+                        "decode": lambda: codec.decode(packed, width, out=into)}, args.repeats)
                     torch.set_num_threads(saved)
-                    rate = {k: gb / statistics.median(v) for k, v in runs.items()}
+                    rate = {k: gb / v for k, v in runs.items()}
                     ratio = codec.row_bytes(width) / (4 * width)
-                    line = (f"| {isa} | {threads or os.cpu_count()} | {width} | {precision} | "
-                            f"{rate['encode']:.2f} | {rate['stochastic']:.2f} | {rate['decode']:.2f} | "
-                            f"{rate['memcpy']:.2f} | {rate['encode'] / rate['memcpy']:.2f} | "
-                            f"{rate['decode'] / rate['memcpy']:.2f} | {ratio:.4f} |")
-                    lines.append(line)
-                    print(line, flush=True)
+                    table_row(lines, isa, threads or os.cpu_count(), width, precision,
+                              *(f"{rate[k]:.2f}" for k in ("encode", "stochastic", "decode", "memcpy")),
+                              f"{rate['encode'] / rate['memcpy']:.2f}",
+                              f"{rate['decode'] / rate['memcpy']:.2f}", f"{ratio:.4f}")
     ops.set_isa("host")
-    tail = f"\nload average after: {os.getloadavg()[0]:.2f}"
-    print(tail)
-    lines.append(tail)
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
+    finish_table(lines, args.out)
     return 0
 
 

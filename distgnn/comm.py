@@ -179,15 +179,17 @@ class Communicator:
         return Communicator(self.comm.Dup(), self._checker is not None)
 
     def exchange_rows(self, rows: torch.Tensor, send: RowPlan, recv: RowPlan, kind: Traffic,
-                      direction: Direction | None = None) -> torch.Tensor:
-        """Alltoallv of row blocks by plan (:meth:`distgnn.row_exchange.RowEngine.exchange_rows`)."""
-        return self.row_engine.exchange_rows(rows, send, recv, kind, direction)
+                      direction: Direction | None = None, gather: bool = False) -> torch.Tensor:
+        """Alltoallv of row blocks by plan (:meth:`distgnn.row_exchange.RowEngine.exchange_rows`;
+        ``gather``: ``rows`` is a table whose rows ``send.ids`` are sent)."""
+        return self.row_engine.exchange_rows(rows, send, recv, kind, direction, gather)
 
     def exchange_rows_async(self, rows: torch.Tensor, send: RowPlan, recv: RowPlan,
-                            kind: Traffic, direction: Direction | None = None) -> PendingExchange:
+                            kind: Traffic, direction: Direction | None = None,
+                            gather: bool = False) -> PendingExchange:
         """Non-blocking :meth:`exchange_rows`; wait on the returned object
         (:meth:`distgnn.row_exchange.RowEngine.exchange_rows_async`)."""
-        return self.row_engine.exchange_rows_async(rows, send, recv, kind, direction)
+        return self.row_engine.exchange_rows_async(rows, send, recv, kind, direction, gather)
 
     def allreduce_sum_(self, tensor: torch.Tensor,
                        kind: Traffic = Traffic.GRADIENTS) -> torch.Tensor:

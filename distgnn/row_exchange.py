@@ -341,25 +341,28 @@ class RowEngine:
             WAITS.advance(until.outstanding(), len(done))
 
     def exchange_rows(self, rows: torch.Tensor, send: RowPlan, recv: RowPlan, kind: Traffic,
-                      direction: Direction | None = None) -> torch.Tensor:
-        """Alltoallv: rank i sends ``rows`` (already ordered as ``send``, [S, F]) so that rank j
-        gets block j; returns the rows received, ordered as ``recv`` ([R, F]). The bytes sent are
-        counted under ``kind`` and, when given, ``direction`` (members or their string values)."""
-        pending = self.exchange_rows_async(rows, send, recv, kind, direction)
+                      direction: Direction | None = None, gather: bool = False) -> torch.Tensor:
+        """Alltoallv: rank i sends ``rows`` (already ordered as ``send``, [S, F]; with
+        ``gather``, a table whose rows ``send.ids`` are sent) so that rank j gets block j;
+        returns the rows received, ordered as ``recv`` ([R, F]). The bytes sent are counted
+        under ``kind`` and, when given, ``direction`` (members or their string values)."""
+        pending = self.exchange_rows_async(rows, send, recv, kind, direction, gather)
         return pending.wait()
 
     def exchange_rows_async(self, rows: torch.Tensor, send: RowPlan, recv: RowPlan,
-                            kind: Traffic, direction: Direction | None = None) -> PendingExchange:
+                            kind: Traffic, direction: Direction | None = None,
+                            gather: bool = False) -> PendingExchange:
         """Non-blocking :meth:`exchange_rows`; wait on the returned object. Each peer's rows
         travel as point-to-point messages of at most :data:`PIECE_BYTES` (at least one row), in
         one row datatype, tagged by this collective's number, so a wait can tell which peers it
-        still waits for."""
+        still waits for. ``gather``: ``rows`` is a table and its rows ``send.ids`` are sent; an
+        integer message width encodes them in place (no gathered copy)."""
         comm = self.comm
         kind = Traffic(kind)
         direction = None if direction is None else Direction(direction)
         sc, sd = send.counts, send.offsets[:-1]
         rc, rd = recv.counts, recv.offsets[:-1]
-        rows = rows.detach().contiguous()
+        rows = rows.detach()
         width = rows.shape[1] if rows.dim() == 2 else 1
         finish = None
         codec = self.messages
@@ -370,8 +373,12 @@ class RowEngine:
             key = stream_key(self._stream[0], self._stream[1], self._encoded, comm.rank)
             self._encoded += 1
             finish = partial(codec.decode, width=width, dtype=rows.dtype)
-            rows = codec.encode(rows.reshape(-1, width), stochastic, key)
+            rows = codec.encode(rows.reshape(-1, width), stochastic, key,
+                                send.ids if gather else None)
             width = rows.shape[1]
+        elif gather:
+            rows = rows[send.ids]
+        rows = rows.contiguous()
         row_type = comm.row_type(rows.dtype, width)
         recv_rows = torch.empty((int(recv.offsets[-1]), width), dtype=rows.dtype)
         send_buf, recv_buf = _buffer(rows).reshape(-1, width), _buffer(recv_rows)

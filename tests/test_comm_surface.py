@@ -223,6 +223,30 @@ def test_training_rows_travel_encoded_keyed_by_epoch_and_exchange(fake_mpi) -> N
     assert torch.equal(torch.from_numpy(np.array(fake.calls[-1].message[0])), sent[0])
 
 
+@pytest.mark.parametrize("messages", ["fp32", "bf16", "int4"])
+def test_a_gathering_exchange_sends_the_bytes_of_the_gathered_rows(fake_mpi, messages) -> None:
+    """``gather=True`` sends the rows ``send.ids`` of a table (an integer width encodes them in
+    place): the same pieces, bytes, counts and received rows as the rows gathered first."""
+    ids = torch.tensor([7, 2, 2, 9, 0], dtype=torch.int64)
+    send = RowPlan(ids, np.array([0, 1, 5], dtype=np.int64))   # one row kept, four to rank 1
+    recv = plan([0, 1, 3])
+    table = torch.randn(10, 24)
+    runs = []
+    for gather in (False, True):
+        fake = FakeComm(size=2)
+        comm = Communicator(fake)
+        comm.set_messages(MessageCodec(messages), seed=5)
+        comm.start_epoch(2)
+        got = comm.exchange_rows(table if gather else table[ids], send, recv, Traffic.FORWARD,
+                                 Direction.REDUCE, gather=gather)
+        sent = [np.array(r.message[0]) for r in fake.calls if r.call == "send"]
+        runs.append((got, sent, dict(comm.bytes_sent)))
+    (got, sent, counted), (got_g, sent_g, counted_g) = runs
+    assert torch.equal(got[:1], got_g[:1]) and counted == counted_g   # its own block (the fake
+    # communicator delivers nothing from rank 1)
+    assert len(sent) == len(sent_g) == 1 and np.array_equal(sent[0], sent_g[0])
+
+
 def test_a_large_block_travels_in_pieces_of_at_most_piece_bytes(fake_mpi, monkeypatch) -> None:
     monkeypatch.setattr(row_module, "PIECE_BYTES", 3 * 16)  # three rows of 4 float32
     fake = FakeComm()

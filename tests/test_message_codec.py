@@ -133,3 +133,27 @@ def test_constant_rows_and_bf16_and_fp32():
     half = MessageCodec("bf16")
     assert half.encode(r).dtype == torch.bfloat16 and half.row_bytes(8) == 16
     assert torch.equal(half.decode(half.encode(r), 8), r.to(torch.bfloat16).float())
+
+
+@pytest.mark.parametrize("precision", WIDTHS + ("fp32", "bf16"))
+def test_encoding_rows_by_index_is_encoding_the_gathered_rows(isa, precision):
+    """The fused gather and encode (``ids``) writes the bytes of encoding ``x[ids]``, both
+    roundings, repeated and unsorted ids, any thread count; a table that is not contiguous float32
+    is gathered first; an id outside the table is refused."""
+    x = torch.randn(300, 70)
+    ids = torch.tensor([5, 299, 0, 5, 17, 140, 2], dtype=torch.int64)
+    for group in (0, 32):
+        codec = MessageCodec(precision, group=group if precision in MESSAGE_BITS else 0, threads=2)
+        for stochastic in (False, True):
+            fused = codec.encode(x, stochastic, key=11, ids=ids)
+            assert torch.equal(fused, codec.encode(x[ids], stochastic, key=11))
+            assert torch.equal(codec.encode(x, stochastic, 11, ids.to(torch.int32)), fused)
+        wide = torch.randn(300, 140)[:, ::2]          # a strided view
+        assert torch.equal(codec.encode(wide, True, 3, ids), codec.encode(wide[ids], True, 3))
+        assert codec.encode(x, ids=ids[:0]).shape[0] == 0
+    if precision in MESSAGE_BITS:
+        packed = torch.empty((1, MessageCodec(precision).row_bytes(70)), dtype=torch.uint8)
+        for bad in (300, -1):
+            with pytest.raises(IndexError, match="index"):
+                _native.quantize_encode(x, packed, MESSAGE_BITS[precision], 0, False, 0, 1,
+                                        torch.tensor([bad]))

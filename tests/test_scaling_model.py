@@ -390,6 +390,31 @@ def test_message_widths_scale_the_bytes_and_add_the_pack_term() -> None:
     assert epoch("auto", algo="0c").bytes_forward == 0.0
 
 
+def test_an_integer_width_drops_the_senders_gathers_that_a_term_counts() -> None:
+    """The rows an integer width sends are encoded where they lie, so where a term counts the
+    sender's gather it goes: cd-0 per layer and direction copies its table once, then the leaf
+    rows four times at float32 (gather and scatter of the reduce and of the broadcast) and twice
+    at an integer width; the replicas' cd-r three times and twice. cd-r at the root counts one
+    copy per message row (the receiver's), which stays."""
+    law = ReplicationLaw(a=1.0, b=0.0, leaf_in_fraction=0.5, leaf_out_fraction=0.8)
+    free = NetworkModel(latency=0.0, bandwidth=1e30, allreduce_latency=0.0, allreduce_bandwidth=1e30)
+    costs = _costs()   # no pack term: the copies alone
+
+    def exchange(algo: str, messages: str, **options) -> float:
+        return predict_epoch(4, algo, GRAPH, MODEL, costs, law, free, rf=2.0, messages=messages,
+                             **options).exchange_s
+    leaves = (2.0 - 1.0) * GRAPH.num_nodes / 4
+    widths = sum(MODEL.aggregated_widths(GRAPH, "cd-0", 4, True))
+    for width in ("int8", "int2"):
+        assert exchange("cd-0", "fp32") - exchange("cd-0", width) == pytest.approx(
+            2 * 2 * leaves * widths * costs.copy_s_per_float, rel=1e-9)
+        assert exchange("cd-5", "fp32", apply="replicas") - exchange(
+            "cd-5", width, apply="replicas") == pytest.approx(
+            leaves * widths / 5 * costs.copy_s_per_float, rel=1e-9)
+        assert exchange("cd-5", width) == pytest.approx(exchange("cd-5", "fp32"), rel=1e-12)
+    assert exchange("cd-0", "bf16") == pytest.approx(exchange("cd-0", "fp32"), rel=1e-12)  # a cast
+
+
 def test_an_absolute_fit_reads_a_shaped_links_rate_through_its_burst() -> None:
     """A token bucket passes its burst (256 KB) at line rate (10 GB/s) and meters the rest at
     50 MB/s: the relative fit, where every size weighs alike, reads the line rate; the absolute

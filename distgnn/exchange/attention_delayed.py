@@ -224,12 +224,12 @@ class DelayedAttention:
         p = torch.cat([m, s, q.reshape(n_local, H * V)], 1)
         with timers("exchange_wait"):
             if not self.fresh_copies:
-                schedule.post(box, "sources", e, own_rows[bins.bcast_root.ids], bins.bcast_root,
-                              bins.bcast_leaf, Direction.BROADCAST)
-                schedule.post(box, "destinations", e, er[bins.reduce_root.ids], bins.reduce_root,
-                              bins.reduce_leaf, Direction.BROADCAST)
-            schedule.post(box, "partials", e, p[bins.reduce_leaf.ids], bins.reduce_leaf,
-                          bins.reduce_root, Direction.REDUCE)
+                schedule.post(box, "sources", e, own_rows, bins.bcast_root,
+                              bins.bcast_leaf, Direction.BROADCAST, gather=True)
+                schedule.post(box, "destinations", e, er, bins.reduce_root,
+                              bins.reduce_leaf, Direction.BROADCAST, gather=True)
+            schedule.post(box, "partials", e, p, bins.reduce_leaf,
+                          bins.reduce_root, Direction.REDUCE, gather=True)
         state.step += 1
         own, got = StalePartials.apply(p, state.partials, schedule, state, e, H)
         return values.output(merge(own[:, :H], own[:, H:2 * H], own[:, 2 * H:].view(n_roots, H, V),

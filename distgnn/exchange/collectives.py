@@ -31,12 +31,12 @@ def reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, k
     with timers("exchange_wait"):
         # gather and scatter-add of the leaves' rows, the clone, then the same back
         timers.rows("copied", x.shape[0] + 2 * len(part.leaf_send.ids) + 2 * len(part.root_recv.ids))
-        received = comm.exchange_rows(x[part.leaf_send.ids], part.leaf_send, part.root_recv, kind,
-                                      training_direction(kind, Direction.REDUCE))
+        received = comm.exchange_rows(x, part.leaf_send, part.root_recv, kind,
+                                      training_direction(kind, Direction.REDUCE), gather=True)
         total = x.clone()
         total.index_add_(0, part.root_recv.ids, received)
-        back = comm.exchange_rows(total[part.root_recv.ids], part.root_recv, part.leaf_send, kind,
-                                  training_direction(kind, Direction.BROADCAST))
+        back = comm.exchange_rows(total, part.root_recv, part.leaf_send, kind,
+                                  training_direction(kind, Direction.BROADCAST), gather=True)
         total[part.leaf_send.ids] = back
     return total
 
@@ -75,9 +75,9 @@ class Broadcast(torch.autograd.Function):
         timers.rows("copied", h.shape[0] + len(plans.bcast_root.ids) + len(plans.bcast_leaf.ids))
         if comm.size > 1:
             with timers("exchange_wait"):
-                rows = comm.exchange_rows(h[plans.bcast_root.ids], plans.bcast_root,
-                                          plans.bcast_leaf, kind,
-                                          training_direction(kind, Direction.BROADCAST))
+                rows = comm.exchange_rows(h, plans.bcast_root, plans.bcast_leaf, kind,
+                                          training_direction(kind, Direction.BROADCAST),
+                                          gather=True)
                 src[plans.bcast_leaf.ids] = rows
         return src
 
@@ -88,8 +88,8 @@ class Broadcast(torch.autograd.Function):
         ctx.timers.rows("copied", ctx.n_roots + len(plans.bcast_leaf.ids) + len(plans.bcast_root.ids))
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
-                rows = ctx.comm.exchange_rows(grad_src[plans.bcast_leaf.ids], plans.bcast_leaf,
-                                              plans.bcast_root, Traffic.BACKWARD, Direction.REDUCE)
+                rows = ctx.comm.exchange_rows(grad_src, plans.bcast_leaf, plans.bcast_root,
+                                              Traffic.BACKWARD, Direction.REDUCE, gather=True)
                 grad_h.index_add_(0, plans.bcast_root.ids, rows)
         return grad_h, None, None, None, None, None
 
@@ -106,9 +106,8 @@ class Reduce(torch.autograd.Function):
         timers.rows("copied", n_roots + len(plans.reduce_leaf.ids) + len(plans.reduce_root.ids))
         if comm.size > 1:
             with timers("exchange_wait"):
-                rows = comm.exchange_rows(p[plans.reduce_leaf.ids], plans.reduce_leaf,
-                                          plans.reduce_root, kind,
-                                          training_direction(kind, Direction.REDUCE))
+                rows = comm.exchange_rows(p, plans.reduce_leaf, plans.reduce_root, kind,
+                                          training_direction(kind, Direction.REDUCE), gather=True)
                 a.index_add_(0, plans.reduce_root.ids, rows)
         return a
 
@@ -125,9 +124,8 @@ class Reduce(torch.autograd.Function):
                         + len(plans.reduce_leaf.ids))
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
-                rows = ctx.comm.exchange_rows(grad_a[plans.reduce_root.ids].contiguous(),
-                                              plans.reduce_root, plans.reduce_leaf,
-                                              Traffic.BACKWARD, Direction.BROADCAST)
+                rows = ctx.comm.exchange_rows(grad_a, plans.reduce_root, plans.reduce_leaf,
+                                              Traffic.BACKWARD, Direction.BROADCAST, gather=True)
                 grad_p[plans.reduce_leaf.ids] = rows
         return grad_p, None, None, None, None, None
 
@@ -144,8 +142,8 @@ class GatherAtRoot(torch.autograd.Function):
         ctx.leaf_plan, ctx.root_plan, ctx.comm, ctx.timers = leaf_plan, root_plan, comm, timers
         ctx.shape = p.shape
         with timers("exchange_wait"):
-            return comm.exchange_rows(p[leaf_plan.ids], leaf_plan, root_plan, kind,
-                                      training_direction(kind, Direction.REDUCE))
+            return comm.exchange_rows(p, leaf_plan, root_plan, kind,
+                                      training_direction(kind, Direction.REDUCE), gather=True)
 
     @staticmethod
     def backward(ctx, grad_rows: torch.Tensor):

@@ -76,9 +76,9 @@ class DelayedReduceGrad(torch.autograd.Function):
         grad_p = grad_a.new_empty((ctx.n_dst, grad_a.shape[1]))
         grad_p[:n_roots] = grad_a
         schedule.timers.rows("copied", grad_a.shape[0] + 2 * len(bins.reduce_root.ids))
-        got = schedule.post_and_take_gradient(ctx.state.mailbox, "partials_grad", e,
-                                              grad_a[bins.reduce_root.ids], bins.reduce_root,
-                                              bins.reduce_leaf, Direction.BROADCAST)
+        got = schedule.post_and_take_gradient(ctx.state.mailbox, "partials_grad", e, grad_a,
+                                              bins.reduce_root, bins.reduce_leaf,
+                                              Direction.BROADCAST, gather=True)
         arrived = None if got is None else schedule.bin(e - schedule.steps_late).reduce_leaf.ids
         held = ctx.state.extra.get("held_partials_grad") if schedule.hold_gradients else None
         if schedule.hold_gradients and got is not None:

@@ -135,8 +135,8 @@ def overlapped(x: torch.Tensor, n_table: int, n_roots: int, spread: Leg, early: 
     table[:n_roots] = x
     timers.rows("copied", n_roots + len(spread.send.ids) + leaf_rows)
     with timers("exchange_wait"):
-        arriving = comm.exchange_rows_async(x[spread.send.ids], spread.send, spread.recv,
-                                            spread.kind, spread.direction)
+        arriving = comm.exchange_rows_async(x, spread.send, spread.recv, spread.kind,
+                                            spread.direction, gather=True)
     with timers("aggregate"):
         leaves = early(table, threads)
     with timers("exchange_wait"):

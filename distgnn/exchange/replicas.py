@@ -221,8 +221,8 @@ class ReplicaAggregation(ModeAndMessages):
                         keep = leaf_ids
                 if horizon is None or e < horizon:
                     box.post("to_root", e, self.comm.exchange_rows_async(
-                        own[bins.reduce_leaf.ids], bins.reduce_leaf, bins.reduce_root,
-                        Traffic.FORWARD, Direction.REDUCE))
+                        own, bins.reduce_leaf, bins.reduce_root, Traffic.FORWARD,
+                        Direction.REDUCE, gather=True))
         state.step += 1
         if not original:
             return p + remote, self.global_degree

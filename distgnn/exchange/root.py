@@ -293,11 +293,11 @@ class RootAggregation(ModeAndMessages):
         if comm.size > 1:
             with self.timers("exchange_wait"):
                 if delayed_copies:  # (a recomputing layer's h has its roots first)
-                    schedule.post(box, "copies", e, h[bins.bcast_root.ids], bins.bcast_root,
-                                  bins.bcast_leaf, Direction.BROADCAST)
+                    schedule.post(box, "copies", e, h, bins.bcast_root,
+                                  bins.bcast_leaf, Direction.BROADCAST, gather=True)
                 if not constant or e < r:
-                    schedule.post(box, "partials", e, p[bins.reduce_leaf.ids], bins.reduce_leaf,
-                                  bins.reduce_root, Direction.REDUCE)
+                    schedule.post(box, "partials", e, p, bins.reduce_leaf,
+                                  bins.reduce_root, Direction.REDUCE, gather=True)
                     self.rule.posted(self, schedule, state, e)
         state.step += 1
         if schedule.delayed_gradients and p.requires_grad:

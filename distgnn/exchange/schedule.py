@@ -94,22 +94,27 @@ class DelayedSchedule:
         return self._merged[key]
 
     def post(self, mailbox: Mailbox, channel: str, step: int, rows: torch.Tensor, send: RowPlan,
-             recv: RowPlan, direction: Direction) -> None:
-        """Post this step's forward rows of its bin (non-blocking)."""
-        self.timers.rows("copied", rows.shape[0])  # gathered by the caller
+             recv: RowPlan, direction: Direction, gather: bool = False) -> None:
+        """Post this step's forward rows of its bin (non-blocking): ``rows`` ordered as ``send``,
+        or with ``gather`` a table whose rows ``send.ids`` are posted (gathered by the exchange,
+        fused into the encode at an integer width)."""
+        self.timers.rows("copied", len(send.ids))
         mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv,
-                                                                  Traffic.FORWARD, direction))
+                                                                  Traffic.FORWARD, direction,
+                                                                  gather))
 
     def post_and_take_gradient(self, mailbox: Mailbox, channel: str, step: int,
                                rows: torch.Tensor, send: RowPlan, recv: RowPlan,
-                               direction: Direction) -> torch.Tensor | None:
-        """Delayed gradients: post this step's gradient rows of its bins (non-blocking) and
-        return the ones posted :attr:`steps_late` steps ago, rows of ``bin(step -
-        steps_late)`` (None before the first)."""
+                               direction: Direction, gather: bool = False) -> torch.Tensor | None:
+        """Delayed gradients: post this step's gradient rows of its bins (non-blocking; with
+        ``gather``, ``rows`` is a table whose rows ``send.ids`` are posted) and return the ones
+        posted :attr:`steps_late` steps ago, rows of ``bin(step - steps_late)`` (None before the
+        first)."""
         with self.timers("exchange_wait"):
-            self.timers.rows("copied", rows.shape[0])  # gathered by the caller
+            self.timers.rows("copied", len(send.ids))
             mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv,
-                                                                      Traffic.BACKWARD, direction))
+                                                                      Traffic.BACKWARD, direction,
+                                                                      gather))
             earlier = step - self.steps_late
             return mailbox.take(channel, earlier) if mailbox.holds(channel, earlier) else None
 
@@ -128,8 +133,8 @@ class DelayedSchedule:
             grad_h = grad_table[:self.n_roots]
         if not self.delayed_gradients or not self.moves_copies:
             return grad_h
-        got = self.post_and_take_gradient(mailbox, channel, step, grad_table[leaf_plan.ids],
-                                          leaf_plan, root_plan, Direction.REDUCE)
+        got = self.post_and_take_gradient(mailbox, channel, step, grad_table, leaf_plan,
+                                          root_plan, Direction.REDUCE, gather=True)
         roots = (root_plan if taken_roots is None else taken_roots).ids
         if self.hold_gradients:
             if extra is None:

@@ -67,19 +67,26 @@ class MessageCodec:
         included)."""
         return message_row_bytes(width, self.precision, self.group)
 
-    def encode(self, rows: torch.Tensor, stochastic: bool = False, key: int = 0) -> torch.Tensor:
+    def encode(self, rows: torch.Tensor, stochastic: bool = False, key: int = 0,
+               ids: torch.Tensor | None = None) -> torch.Tensor:
         """rows [N, F] (float) -> the wire form: float32 [N, F], bfloat16 [N, F] or uint8
-        [N, row_bytes(F)]."""
-        if self.precision == "fp32":
-            return rows
-        if self.precision == "bf16":
-            return rows.to(torch.bfloat16)
+        [N, row_bytes(F)]. With ``ids`` (int64 [M]) the rows encoded are ``rows[ids]`` ([M, F]);
+        the integer widths read them in place (the gather fused into the encode), with the bytes
+        of encoding ``rows[ids]``."""
+        if self.bits is None:
+            rows = rows if ids is None else rows[ids]
+            return rows if self.precision == "fp32" else rows.to(torch.bfloat16)
+        if ids is not None and (rows.dtype != torch.float32 or not rows.is_contiguous()):
+            rows, ids = rows[ids], None   # gather first rather than convert the whole table
         rows = rows.detach().to(torch.float32).contiguous()
-        n, width = rows.shape
-        packed = torch.empty((n, self.row_bytes(width)), dtype=torch.uint8)
-        if n:
+        width = rows.shape[1]
+        if ids is not None:
+            ids = ids.to(torch.int64).contiguous()
+        packed = torch.empty((rows.shape[0] if ids is None else ids.shape[0], self.row_bytes(width)),
+                             dtype=torch.uint8)
+        if packed.shape[0]:
             _native.quantize_encode(rows, packed, self.bits, self.group, stochastic, key & _MASK,
-                                    self.threads)
+                                    self.threads, ids)
         return packed
 
     def decode(self, wire: torch.Tensor, width: int, dtype: torch.dtype = torch.float32,

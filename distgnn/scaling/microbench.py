@@ -94,18 +94,22 @@ def run(out: Path, repeats: int = 11, max_bytes: int = 8 * 4 ** 11) -> dict:
     return result
 
 
-def pack_cost(repeats: int, n: int = 100_000, width: int = 256) -> float:
+def pack_cost(repeats: int, n: int = 100_000, width: int = 256, fused: bool = True) -> float:
     """Seconds to encode one float32 value in int8 with stochastic rounding and decode it again
-    (one thread; the codec's cost per value sent, docs/design.md#message-precision). The rows are
-    decoded into a buffer made once: a float32 exchange allocates its received rows too, so the
-    allocation is not the codec's."""
+    (one thread; the codec's cost per value sent, docs/design.md#message-precision). ``fused``
+    (as an exchange sends): the ``n`` rows are read in place from a table of ``4 n`` (sorted
+    random ids, as a plan's), the gather being the encode's read; else from ``n`` contiguous rows.
+    The rows are decoded into a buffer made once: a float32 exchange allocates its received rows
+    too, so the allocation is not the codec's."""
     codec = MessageCodec("int8", threads=1)
-    x = torch.randn(n, width)
-    into = torch.empty_like(x)
+    generator = torch.Generator().manual_seed(0)
+    table = torch.randn(4 * n if fused else n, width, generator=generator)
+    ids = torch.randperm(4 * n, generator=generator)[:n].sort().values if fused else None
+    into = torch.empty(n, width)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        codec.decode(codec.encode(x, True, 1), width, out=into)
+        codec.decode(codec.encode(table, True, 1, ids), width, out=into)
         times.append(time.perf_counter() - start)
     return float(np.median(times)) / (n * width)
 

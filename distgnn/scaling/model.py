@@ -30,7 +30,8 @@ Per rank (the slowest one sets the epoch):
 * rows travel as ``--message-precision`` sends them (read from the spec): ``row_bytes(a_l)``
   bytes a row (4 a_l in float32; codes, scales and padding in the integer widths), and each value
   sent under an integer width costs ``pack_s_per_float`` to encode and decode (measured by the
-  microbenchmark), beside the copies;
+  microbenchmark), beside the copies, less the sender's gather where a term counts it (cd-0's
+  exchanges, the fresh broadcast, the replicas' messages): the encode reads the rows in place;
 * 0c: no exchange;
 * every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead;
 * ranks sharing one machine (``ranks_per_node`` > 1) compute slower by the measured concurrency
@@ -127,6 +128,9 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
         return float(message_row_bytes(width, spec.messages, spec.message_group))
 
     pack = costs.pack_s_per_float if spec.messages in MESSAGE_BITS else 0.0
+    # an integer width encodes the rows it sends where they lie (the gather is the encode's read):
+    # one copy fewer per row sent where the terms below count the sender's gather
+    fused = 1.0 if spec.messages in MESSAGE_BITS else 0.0
     a, apply, fresh_copies = spec.algorithm, spec.apply, spec.fresh_copies
     rf = 1.0 if parts == 1 else float(rf if rf is not None else law(parts))
     n = rf * graph.num_nodes / parts * (law.vertex_balance if parts > 1 else 1.0)
@@ -154,14 +158,15 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
             # under a recompute rule the first width is layer 1's (layer 0 is cached)
             copies = leaves - (recomputed * rows if i == 0 else 0.0)
             if a.delay == 0:
-                one = (2 * net.alltoallv(parts, leaves * wire(w)) + costs.copy_s_per_float * (n * w + 4 * leaves * w)
+                one = (2 * net.alltoallv(parts, leaves * wire(w)) + costs.copy_s_per_float * (n * w + (4 - 2 * fused) * leaves * w)
                        + pack * 2 * leaves * w)
                 exchange += 2 * one  # forward and backward (the adjoint)
             elif fresh_copies:
                 # cd-0's broadcast, blocking, forward and its adjoint backward; the reduce (and its
                 # delayed gradient) in bins of 1/r of the rows, non-blocking
                 broadcast = (net.alltoallv(parts, leaves * wire(w))
-                             + costs.copy_s_per_float * (n * w + 2 * leaves * w) + pack * 2 * leaves * w)
+                             + costs.copy_s_per_float * (n * w + (2 - fused) * leaves * w)
+                             + pack * 2 * leaves * w)
                 exchange += 2 * broadcast + 2 * (parts - 1) * net.latency + (costs.copy_s_per_float + pack) * (
                     2 * leaves * w / a.delay)
             elif apply == "root":
@@ -176,7 +181,7 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
                     (rows + recomputed * rows * (i == 0)) * w + 2 * (leaves + copies) * w / a.delay
                     + held) + pack * 2 * (leaves + copies) * w / a.delay
             else:
-                exchange += 2 * (parts - 1) * net.latency + (costs.copy_s_per_float * 3 + pack * 2) * leaves * w / a.delay
+                exchange += 2 * (parts - 1) * net.latency + (costs.copy_s_per_float * (3 - fused) + pack * 2) * leaves * w / a.delay
     allreduce = net.allreduce(parts, model.num_parameters(graph) * F32)
     sent = (rows_sent(a.delay, apply, fresh_copies, leaves, recomputed * rows, law, len(widths))
             if a.exchange and parts > 1 else [(0.0, 0.0)] * len(widths))

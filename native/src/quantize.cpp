@@ -3,7 +3,9 @@
 // shapes are checked here. The GIL is released while a kernel runs.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 
+#include <optional>
 #include <stdexcept>
 
 #include "bindings.hpp"
@@ -31,12 +33,16 @@ void check_packed(int64_t packed_rows, int64_t packed_bytes, int64_t n, int64_t 
 }
 
 void encode(Mat<const float> x, Mat<uint8_t> packed, int bits, int64_t group, bool stochastic,
-            uint64_t key, int threads) {
-  const int64_t n = static_cast<int64_t>(x.shape(0)), F = static_cast<int64_t>(x.shape(1));
+            uint64_t key, int threads, std::optional<Vec<const int64_t>> index) {
+  const int64_t rows = static_cast<int64_t>(x.shape(0)), F = static_cast<int64_t>(x.shape(1));
+  const int64_t n = index ? static_cast<int64_t>(index->shape(0)) : rows;
   check_packed(static_cast<int64_t>(packed.shape(0)), static_cast<int64_t>(packed.shape(1)), n, F,
                bits, group);
+  const int64_t* ids = index ? index->data() : nullptr;
+  for (int64_t i = 0; ids != nullptr && i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= rows) throw std::out_of_range("index: every row must be in [0, rows of x)");
   nb::gil_scoped_release release;
-  q::encode(x.data(), n, F, bits, group, stochastic, key, packed.data(), threads);
+  q::encode(x.data(), n, F, bits, group, stochastic, key, packed.data(), threads, ids);
 }
 
 void decode(Mat<const uint8_t> packed, Mat<float> y, int bits, int64_t group, int threads) {
@@ -57,8 +63,10 @@ void register_quantize(nb::module_& m) {
         "quantize_row_bytes(width, bits, group=0): bytes of one encoded row (scales, codes, padding).");
   m.def("quantize_encode", &encode, "x"_a.noconvert(), "packed"_a.noconvert(), "bits"_a,
         "group"_a = 0, "stochastic"_a = false, "key"_a = 0, "threads"_a = 0,
-        "quantize_encode(x, packed, bits, group=0, stochastic=False, key=0, threads=0): float32 "
-        "rows [n, F] to packed rows (distgnn/quantize.hpp).");
+        "index"_a.noconvert() = nb::none(),
+        "quantize_encode(x, packed, bits, group=0, stochastic=False, key=0, threads=0, index=None): "
+        "float32 rows [n, F] to packed rows (distgnn/quantize.hpp); with index (int64 [m]) "
+        "packed row i is x row index[i], a gather fused into the encode.");
   m.def("quantize_decode", &decode, "packed"_a.noconvert(), "y"_a.noconvert(), "bits"_a,
         "group"_a = 0, "threads"_a = 0,
         "quantize_decode(packed, y, bits, group=0, threads=0): packed rows to float32 rows [n, F].");

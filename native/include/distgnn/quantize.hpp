@@ -214,9 +214,15 @@ RowFn<Encode> pick_row() {
   return &row_base<Encode>;
 }
 
+// Rows ahead whose cache lines a gathering encode requests before it reads them.
+constexpr int64_t kPrefetchRows = 4;
+
+// Encode: packed row i from x row `index[i]` (`index` null: row i), so a gather of the rows to
+// send costs no pass of its own. Row i's rounding key depends on i alone, so the bytes equal those
+// of encoding the gathered rows.
 template <bool Encode>
 void rows(const float* x, uint8_t* packed, float* y, int64_t n, int64_t F, int bits, int64_t group,
-          bool stochastic, uint64_t key, int threads) {
+          bool stochastic, uint64_t key, int threads, const int64_t* index = nullptr) {
   const int64_t G = group <= 0 || group >= F ? (F > 0 ? F : 1) : group;
   const int64_t rb = row_bytes(F, bits, G);
   const RowFn<Encode> fn = pick_row<Encode>();
@@ -227,7 +233,12 @@ void rows(const float* x, uint8_t* packed, float* y, int64_t n, int64_t F, int b
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       const uint64_t row_key = Encode ? dropout::mix(key + static_cast<uint64_t>(i)) : 0;
-      fn(Encode ? x + i * F : nullptr, packed + i * rb, Encode ? nullptr : y + i * F, F, bits, G,
+      const int64_t src = index != nullptr ? index[i] : i;
+      if (index != nullptr && i + kPrefetchRows < n) {  // ids jump: fetch a later row's lines now
+        const char* ahead = reinterpret_cast<const char*>(x + index[i + kPrefetchRows] * F);
+        for (int64_t b = 0; b < F * 4; b += 64) __builtin_prefetch(ahead + b);
+      }
+      fn(Encode ? x + src * F : nullptr, packed + i * rb, Encode ? nullptr : y + i * F, F, bits, G,
          stochastic, row_key, codes.data());
     }
   }
@@ -235,10 +246,11 @@ void rows(const float* x, uint8_t* packed, float* y, int64_t n, int64_t F, int b
 
 }  // namespace detail
 
-// x [n, F] float32 -> packed [n, row_bytes(F, bits, group)]; bits 2, 4 or 8.
+// x [n, F] float32 -> packed [n, row_bytes(F, bits, group)]; bits 2, 4 or 8. With `index` ([n],
+// each in [0, rows of x)): packed row i from x row index[i] (a fused gather and encode).
 inline void encode(const float* x, int64_t n, int64_t F, int bits, int64_t group, bool stochastic,
-                   uint64_t key, uint8_t* packed, int threads) {
-  detail::rows<true>(x, packed, nullptr, n, F, bits, group, stochastic, key, threads);
+                   uint64_t key, uint8_t* packed, int threads, const int64_t* index = nullptr) {
+  detail::rows<true>(x, packed, nullptr, n, F, bits, group, stochastic, key, threads, index);
 }
 
 // packed [n, row_bytes(F, bits, group)] -> y [n, F] float32.
