@@ -68,12 +68,13 @@ class Variant:
 
     algo: str
     apply: str = "auto"
-    fresh_copies: bool = False
+    fresh_copies: bool | None = None
     rule: str | None = None
     budget: float | None = None
 
     def options(self) -> list[str]:
-        return ((["--fresh-copies"] if self.fresh_copies else [])
+        copies = {True: ["--fresh-copies"], False: ["--no-fresh-copies"]}.get(self.fresh_copies, [])
+        return (copies
                 + (["--cdr-rule", self.rule] if self.rule else [])
                 + (["--recompute-budget", f"{self.budget:g}"] if self.budget is not None else []))
 

@@ -237,6 +237,7 @@ void rows(const float* x, uint8_t* packed, float* y, int64_t n, int64_t F, int b
       if (index != nullptr && i + kPrefetchRows < n) {  // ids jump: fetch a later row's lines now
         const char* ahead = reinterpret_cast<const char*>(x + index[i + kPrefetchRows] * F);
         for (int64_t b = 0; b < F * 4; b += 64) __builtin_prefetch(ahead + b);
+        __builtin_prefetch(ahead + F * 4 - 1);  // the last line, where the row starts mid-line
       }
       fn(Encode ? x + src * F : nullptr, packed + i * rb, Encode ? nullptr : y + i * F, F, bits, G,
          stochastic, row_key, codes.data());
