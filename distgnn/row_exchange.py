@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from distgnn.kernels.message_codec import MessageCodec, stream_key
+from distgnn.kernels.output_pool import POOL
 
 #: the environment variable that turns the progress thread off (``off``)
 PROGRESS_THREAD = "DISTGNN_PROGRESS_THREAD"
@@ -377,10 +378,14 @@ class RowEngine:
                                 send.ids if gather else None)
             width = rows.shape[1]
         elif gather:
-            rows = rows[send.ids]
+            # into a reused buffer: a fresh one costs a page fault per 4 KB
+            # (docs/design.md#output-buffers)
+            table, ids = rows, send.ids
+            rows = POOL.empty((len(ids),) + tuple(table.shape[1:]), table.dtype)
+            torch.index_select(table, 0, ids, out=rows)
         rows = rows.contiguous()
         row_type = comm.row_type(rows.dtype, width)
-        recv_rows = torch.empty((int(recv.offsets[-1]), width), dtype=rows.dtype)
+        recv_rows = POOL.empty((int(recv.offsets[-1]), width), rows.dtype)
         send_buf, recv_buf = _buffer(rows).reshape(-1, width), _buffer(recv_rows)
         call = f"exchange_rows({kind}{'' if direction is None else f', {direction}'})"
         comm.start_collective("exchange_rows", *((kind,) if direction is None else (kind, direction)))
