@@ -367,7 +367,15 @@ class RowEngine:
         width = rows.shape[1] if rows.dim() == 2 else 1
         finish = None
         codec = self.messages
-        if kind in ENCODED and codec.changes_rows and rows.is_floating_point():
+        encoded = kind in ENCODED and codec.changes_rows and rows.is_floating_point()
+        in_place = encoded and codec.bits is not None  # an integer width reads the rows by id
+        if gather and not in_place:
+            # into a reused buffer: a fresh one costs a page fault per 4 KB
+            # (docs/design.md#output-buffers)
+            table, ids = rows, send.ids
+            rows = POOL.empty((len(ids),) + tuple(table.shape[1:]), table.dtype)
+            torch.index_select(table, 0, ids, out=rows)
+        if encoded:
             # partial sums and gradients are summed where they arrive: stochastic rounding, so
             # their rounding errors do not add up to a bias
             stochastic = kind is Traffic.BACKWARD or direction is Direction.REDUCE
@@ -375,14 +383,8 @@ class RowEngine:
             self._encoded += 1
             finish = partial(codec.decode, width=width, dtype=rows.dtype)
             rows = codec.encode(rows.reshape(-1, width), stochastic, key,
-                                send.ids if gather else None)
+                                send.ids if gather and in_place else None)
             width = rows.shape[1]
-        elif gather:
-            # into a reused buffer: a fresh one costs a page fault per 4 KB
-            # (docs/design.md#output-buffers)
-            table, ids = rows, send.ids
-            rows = POOL.empty((len(ids),) + tuple(table.shape[1:]), table.dtype)
-            torch.index_select(table, 0, ids, out=rows)
         rows = rows.contiguous()
         row_type = comm.row_type(rows.dtype, width)
         recv_rows = POOL.empty((int(recv.offsets[-1]), width), rows.dtype)
