@@ -403,3 +403,61 @@ def test_sends_to_a_peer_keep_a_window_of_pieces_in_flight(fake_mpi, monkeypatch
     pending.wait()
     assert pending.done and [len(r.message[0]) for r in fake.calls] == [1] * 5
     assert np.array_equal(np.concatenate([r.message[0] for r in fake.calls]), rows.numpy())
+
+
+def test_cd0s_overlapped_sum_shows_nothing_of_a_reused_blocks_contents(fake_mpi, monkeypatch) -> None:
+    """cd-0's overlapped sum takes its tables and the rows it sends from the output pool
+    (docs/design.md#output-buffers). With every pooled block handed out full of NaN (what a
+    reused block may hold), its result and its gradient equal a plain torch reference of the
+    whole kernel: one rank whose leaf copies are copies of its own roots, some source rows never
+    written (zero), the leaves' partials added at their roots."""
+    from distgnn.exchange.local_sum import KernelGraph
+    from distgnn.exchange.norms import KernelWeights
+    from distgnn.exchange.overlap import OverlapBlocks, OverlappedSum
+    from distgnn.kernels.output_pool import POOL
+    from distgnn.timers import Timers
+
+    handed = POOL.empty
+
+    def poisoned(shape, dtype):
+        return handed(shape, dtype).fill_(float("nan"))
+    monkeypatch.setattr(POOL, "empty", poisoned)
+    g = torch.Generator().manual_seed(3)
+    n_roots, copies, unwritten, leaf_dst, edges, width = 30, 10, 3, 12, 500, 5
+    n_src, n_dst = n_roots + copies + unwritten, n_roots + leaf_dst
+    dst = torch.randint(0, n_dst, (edges,), generator=g)
+    src = torch.randint(0, n_src, (edges,), generator=g)
+
+    def csr(rows: torch.Tensor, cols: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        order = torch.argsort(rows, stable=True)
+        indptr = torch.zeros(n + 1, dtype=torch.int64)
+        torch.cumsum(torch.bincount(rows, minlength=n), 0, out=indptr[1:])
+        return indptr, cols[order].to(torch.int32)
+    scale = torch.rand(n_dst, generator=g) + 0.5
+    weight = torch.rand(n_src, generator=g) + 0.5
+    blocks = OverlapBlocks.split(KernelGraph(*csr(dst, src, n_dst), *csr(src, dst, n_src)),
+                                 KernelWeights(scale, n_roots, weight), n_roots)
+    copied = torch.randint(0, n_roots, (copies,), generator=g)       # the roots each copy is of
+    at_root = torch.randint(0, n_roots, (leaf_dst,), generator=g)    # the root of each leaf row
+    one = lambda ids: RowPlan(ids, np.array([0, len(ids)], dtype=np.int64))  # noqa: E731
+    plans = SimpleNamespace(bcast_root=one(copied), bcast_leaf=one(n_roots + torch.arange(copies)),
+                            reduce_leaf=one(n_roots + torch.arange(leaf_dst)), reduce_root=one(at_root))
+
+    def reference(h: torch.Tensor) -> torch.Tensor:
+        table = torch.cat([h, h[copied], h.new_zeros(unwritten, width)])
+        own = torch.arange(n_roots)
+        y = h.new_zeros(n_dst, width).index_add(0, dst, weight[src].double().unsqueeze(1) * table[src])
+        y = y.index_add(0, own, weight[own].double().unsqueeze(1) * table[own])
+        y = scale.double().unsqueeze(1) * y
+        return y[:n_roots].index_add(0, at_root, y[n_roots:])
+
+    h = torch.randn(n_roots, width, generator=g, requires_grad=True)
+    grad = torch.randn(n_roots, width, generator=g)
+    out = OverlappedSum.apply(h, blocks, plans, Communicator(FakeComm(size=1)), Timers(),
+                              Traffic.FORWARD, 1)
+    out.backward(grad)
+    h_ref = h.detach().double().requires_grad_(True)
+    want = reference(h_ref)
+    want.backward(grad.double())
+    torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(h.grad.double(), h_ref.grad, rtol=1e-5, atol=1e-5)

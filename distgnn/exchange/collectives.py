@@ -12,6 +12,7 @@ import torch
 
 from distgnn.comm import Communicator, Direction, RowPlan, Traffic
 from distgnn.exchange.plans import RootPlans
+from distgnn.kernels.output_pool import POOL, pooled_copy, pooled_zeros
 from distgnn.partition.part_loader import PartitionData
 from distgnn.timers import Timers
 
@@ -33,7 +34,7 @@ def reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, k
         timers.rows("copied", x.shape[0] + 2 * len(part.leaf_send.ids) + 2 * len(part.root_recv.ids))
         received = comm.exchange_rows(x, part.leaf_send, part.root_recv, kind,
                                       training_direction(kind, Direction.REDUCE), gather=True)
-        total = x.clone()
+        total = pooled_copy(x)
         total.index_add_(0, part.root_recv.ids, received)
         back = comm.exchange_rows(total, part.root_recv, part.leaf_send, kind,
                                   training_direction(kind, Direction.BROADCAST), gather=True)
@@ -67,7 +68,7 @@ class Broadcast(torch.autograd.Function):
     def forward(ctx, h: torch.Tensor, n_rows: int, plans: RootPlans, comm: Communicator,
                 timers: Timers, kind: Traffic) -> torch.Tensor:
         ctx.plans, ctx.comm, ctx.timers, ctx.n_roots = plans, comm, timers, h.shape[0]
-        src = h.new_empty((n_rows, h.shape[1]))
+        src = POOL.empty((n_rows, h.shape[1]), h.dtype)
         src[:h.shape[0]] = h
         if n_rows > h.shape[0] + len(plans.bcast_leaf.ids):
             src[h.shape[0]:] = 0.0
@@ -84,7 +85,7 @@ class Broadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_src: torch.Tensor):
         plans = ctx.plans
-        grad_h = grad_src[:ctx.n_roots].clone()
+        grad_h = pooled_copy(grad_src[:ctx.n_roots])
         ctx.timers.rows("copied", ctx.n_roots + len(plans.bcast_leaf.ids) + len(plans.bcast_root.ids))
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
@@ -102,7 +103,7 @@ class Reduce(torch.autograd.Function):
     def forward(ctx, p: torch.Tensor, n_roots: int, plans: RootPlans, comm: Communicator,
                 timers: Timers, kind: Traffic) -> torch.Tensor:
         ctx.plans, ctx.comm, ctx.timers, ctx.n_local = plans, comm, timers, p.shape[0]
-        a = p[:n_roots].clone()
+        a = pooled_copy(p[:n_roots])
         timers.rows("copied", n_roots + len(plans.reduce_leaf.ids) + len(plans.reduce_root.ids))
         if comm.size > 1:
             with timers("exchange_wait"):
@@ -115,10 +116,10 @@ class Reduce(torch.autograd.Function):
     def backward(ctx, grad_a: torch.Tensor):
         plans = ctx.plans
         if ctx.n_local > grad_a.shape[0] + len(plans.reduce_leaf.ids):
-            grad_p = grad_a.new_zeros((ctx.n_local, grad_a.shape[1]))
+            grad_p = pooled_zeros((ctx.n_local, grad_a.shape[1]), grad_a.dtype)
             ctx.timers.rows("zeroed", ctx.n_local)
         else:  # every row is written below
-            grad_p = grad_a.new_empty((ctx.n_local, grad_a.shape[1]))
+            grad_p = POOL.empty((ctx.n_local, grad_a.shape[1]), grad_a.dtype)
         grad_p[:grad_a.shape[0]] = grad_a
         ctx.timers.rows("copied", grad_a.shape[0] + len(plans.reduce_root.ids)
                         + len(plans.reduce_leaf.ids))

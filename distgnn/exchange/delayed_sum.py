@@ -24,6 +24,7 @@ from distgnn.comm import Direction
 from distgnn.exchange.local_sum import LocalKernel
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.schedule import DelayedSchedule
+from distgnn.kernels.output_pool import POOL
 
 #: the messages of one summed layer: forward rows and the gradients of each (a rule may post on
 #: channels of its own: a mailbox opens a channel at its first message)
@@ -73,7 +74,7 @@ class DelayedReduceGrad(torch.autograd.Function):
         schedule, e = ctx.schedule, ctx.step
         bins = schedule.bin(e)
         n_roots = grad_a.shape[0]
-        grad_p = grad_a.new_empty((ctx.n_dst, grad_a.shape[1]))
+        grad_p = POOL.empty((ctx.n_dst, grad_a.shape[1]), grad_a.dtype)   # every row written below
         grad_p[:n_roots] = grad_a
         schedule.timers.rows("copied", grad_a.shape[0] + 2 * len(bins.reduce_root.ids))
         got = schedule.post_and_take_gradient(ctx.state.mailbox, "partials_grad", e, grad_a,

@@ -31,6 +31,7 @@ from distgnn.exchange.local_sum import KernelGraph
 from distgnn.exchange.norms import KernelWeights
 from distgnn.exchange.plans import RootPlans
 from distgnn.kernels import ops
+from distgnn.kernels.output_pool import POOL, pooled_zeros
 from distgnn.timers import Timers
 
 #: the environment variable that turns the overlap off (``off``)
@@ -130,8 +131,9 @@ def overlapped(x: torch.Tensor, n_table: int, n_roots: int, spread: Leg, early: 
     rows, while ``spread`` travels) plus ``late`` travel back to their roots by ``gather``, while
     ``own`` sums the roots' rows; returns the roots' [n_roots, w]."""
     leaf_rows = len(spread.recv.ids)
-    table = (x.new_zeros((n_table, x.shape[1])) if n_table > n_roots + leaf_rows
-             else x.new_empty((n_table, x.shape[1])))
+    # pooled (a fresh table costs a page fault per 4 KB); zeroed where rows stay unwritten
+    table = (pooled_zeros((n_table, x.shape[1]), x.dtype) if n_table > n_roots + leaf_rows
+             else POOL.empty((n_table, x.shape[1]), x.dtype))
     table[:n_roots] = x
     timers.rows("copied", n_roots + len(spread.send.ids) + leaf_rows)
     with timers("exchange_wait"):
@@ -145,8 +147,9 @@ def overlapped(x: torch.Tensor, n_table: int, n_roots: int, spread: Leg, early: 
         leaves += late(table, threads)
     timers.rows("written", n_roots + leaves.shape[0])
     with timers("exchange_wait"):
-        returning = comm.exchange_rows_async(leaves[gather.send.ids.to(torch.int64) - n_roots],
-                                             gather.send, gather.recv, gather.kind,
+        sent = POOL.empty((len(gather.send.ids), leaves.shape[1]), leaves.dtype)
+        torch.index_select(leaves, 0, gather.send.ids.to(torch.int64) - n_roots, out=sent)
+        returning = comm.exchange_rows_async(sent, gather.send, gather.recv, gather.kind,
                                              gather.direction)
     with timers("aggregate"):
         out = own(table, threads)

@@ -16,6 +16,7 @@ import torch
 from distgnn.comm import Communicator, Direction, RowPlan, Traffic
 from distgnn.exchange.mailbox import Mailbox
 from distgnn.exchange.plans import RootPlans, root_bins
+from distgnn.kernels.output_pool import pooled_copy
 from distgnn.timers import Timers
 
 
@@ -148,10 +149,10 @@ class DelayedSchedule:
             if held is None:
                 return grad_h
             self.timers.rows("copied", grad_h.shape[0] + self.n_roots)
-            out = grad_h.clone()
+            out = pooled_copy(grad_h)
             out[:self.n_roots] += held.to(grad_h.dtype)   # (the roots first)
             return out
         if got is None:
             return grad_h
         self.timers.rows("copied", grad_h.shape[0] + got.shape[0])
-        return grad_h.clone().index_add_(0, roots, got)
+        return pooled_copy(grad_h).index_add_(0, roots, got)

@@ -113,6 +113,17 @@ POOL = OutputPool(max_idle_bytes=(proc_kib_field("/proc/meminfo", "MemTotal") or
                   enabled=os.environ.get(REUSE_ENV, "1") != "0")
 
 
+def pooled_copy(x: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of ``x`` (same shape and dtype) in a pooled block: a clone without a
+    fresh mapping's page faults where ``x`` is large."""
+    return POOL.empty(tuple(x.shape), x.dtype).copy_(x)
+
+
+def pooled_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A zeroed contiguous tensor of ``shape`` and ``dtype`` in a pooled block."""
+    return POOL.empty(shape, dtype).zero_()
+
+
 def reuse_outputs(enabled: bool = True) -> None:
     """Turn the reuse of kernel outputs on or off for this process (off releases the free
     blocks)."""

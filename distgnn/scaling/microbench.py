@@ -73,18 +73,7 @@ def run(out: Path, repeats: int = 11, max_bytes: int = 8 * 4 ** 11) -> dict:
         t = _median_time(lambda: comm.allreduce_sum_(g, Traffic.BENCH), repeats, comm)
         result["allreduce"]["bytes"].append(nbytes)
         result["allreduce"]["seconds"].append(t)
-    # copies around an exchange, as in cd-0's reduce-broadcast: clone [n, w], gather and scatter rows
-    n, w = 200_000, 64
-    x = torch.randn(n, w)
-    ids = torch.randperm(n)[: n // 4]
-
-    def copies() -> None:
-        total = x.clone()
-        rows = total[ids]
-        total.index_add_(0, ids, rows)
-        total[ids] = rows
-    t = _median_time(copies, repeats, comm)
-    result["copy_s_per_float"] = t / (n * w + 3 * len(ids) * w)
+    result["copy_s_per_float"] = copy_cost(repeats, comm)
     result["pack_s_per_float"] = pack_cost(repeats)
     result.update(concurrency(comm, repeats))
     net = fitted_network(result["pingpong"], result["alltoall"], result["allreduce"])
@@ -92,6 +81,30 @@ def run(out: Path, repeats: int = 11, max_bytes: int = 8 * 4 ** 11) -> dict:
     if rank == 0:
         out.write_text(json.dumps(result, indent=1))
     return result
+
+
+def copy_cost(repeats: int, comm: Communicator, pooled: bool = True, n: int = 200_000,
+              width: int = 64) -> float:
+    """Seconds per float32 value of the copies around one cd-0 exchange, as in its
+    reduce-broadcast: the table [n, width] copied, a quarter of its rows (random ids) gathered,
+    scatter-added and written back (``n * width + 3 * n / 4 * width`` values). ``pooled`` (as the
+    exchanges copy now, docs/design.md#output-buffers): into buffers made once; otherwise the
+    copy and the gather land in fresh tensors (a page fault per 4 KB)."""
+    x = torch.randn(n, width)
+    ids = torch.randperm(n)[: n // 4]
+    total, rows = torch.empty_like(x), torch.empty(len(ids), width)
+
+    def copies() -> None:
+        if pooled:
+            total.copy_(x)
+            torch.index_select(total, 0, ids, out=rows)
+            got, into = rows, total
+        else:
+            into = x.clone()
+            got = into[ids]
+        into.index_add_(0, ids, got)
+        into[ids] = got
+    return _median_time(copies, repeats, comm) / (n * width + 3 * len(ids) * width)
 
 
 def pack_cost(repeats: int, n: int = 100_000, width: int = 256, fused: bool = True) -> float:
