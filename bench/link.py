@@ -15,7 +15,9 @@ moves rows over TCP on the emulated fabric, whose links ``multihost.sh link HOST
    keeps its network.
 2. Compute costs from cd-0 at P = 1 on this machine (1 thread), as ``bench.scaling`` fits them.
 3. At each rate: cd-0, cd-5 (the default rule), cd-5 ``--fresh-copies`` and 0c, each at its
-   default apply mode, at P = 2 on two hosts (one core each): steady epoch, exchange wait and bytes
+   default apply mode, cd-0 and cd-5 at ``--message-precision int8``, and cd-0 with its exchanges
+   blocking (``DISTGNN_OVERLAP=off``, predicted without the model's overlap term), at P = 2 on
+   two hosts (one core each): steady epoch, exchange wait and bytes
    measured beside the model's prediction under that rate's network and the measured slowdown of
    two ranks sharing the machine. The error must stay within 25%; the share of cd-0's epoch spent
    waiting on exchanges is printed (a useful check has a rate where it is 20-50%). For cd-5 the
@@ -44,7 +46,11 @@ from bench.scaling import LAYERS, HIDDEN, TOLERANCE, Variant, read_metrics, repl
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "cluster" / "multihost.sh"
-CONTENDERS = (Variant("cd-0"), Variant("cd-5"), Variant("cd-5", fresh_copies=True), Variant("0c"))
+CONTENDERS = (Variant("cd-0"), Variant("cd-5"), Variant("cd-5", fresh_copies=True), Variant("0c"),
+              Variant("cd-0", messages="int8"), Variant("cd-5", messages="int8"))
+#: cd-0 once more with its exchanges blocking (the code before docs/design.md#overlap), predicted
+#: without the overlap term
+BLOCKING = {"DISTGNN_OVERLAP": "off"}
 #: cd-5 once more with its exchanges moved only inside MPI calls (no progress thread: the code
 #: before docs/design.md#progress-thread), to show what the thread changes
 WITHOUT_THREAD = {"DISTGNN_PROGRESS_THREAD": "off"}
@@ -128,8 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         attrs = dict(zarr.open_group(str(graph_path), mode="r").attrs)
         graph = GraphShape(int(attrs["num_nodes"]), int(attrs["num_edges"]), int(attrs["feat_dim"]),
                            int(attrs["num_classes"]), name=graph_path.parent.name)
-        parts_list = [1, 2] + ([4] if hosts >= 4 else [])
-        law, rfs, dirs = replication_law(python, graph_path, work, parts_list, build=set(parts_list))
+        # the law needs RF at two P >= 2: P = 4 is assigned even where no run uses its parts
+        built = {1, 2} | ({4} if hosts >= 4 else set())
+        law, rfs, dirs = replication_law(python, graph_path, work, [1, 2, 4], build=built)
         say(f"{graph.name}: {graph.num_nodes:,} vertices, {graph.num_edges:,} edges; libra RF "
             + ", ".join(f"P={p}: {r:.3f}" for p, r in rfs.items()))
 
@@ -158,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         p1 = train(python, dirs[1], "cd-0", 1, args.epochs, work / "runs" / "cd-0-P1", work / "train-P1.log")
         row_cost, _, _ = measure_row_cost(*GraphStore.open(graph_path).csr(), width=HIDDEN, threads=1)
         mb0 = nets[rates[0]][1]
-        costs = fit_costs(p1, graph, model, mb0["copy_s_per_float"], threads=1,
-                          concurrency_agg=mb0["concurrency_agg"], concurrency_dense=mb0["concurrency_dense"],
-                          agg_row_per_edge=row_cost)
+        costs = replace(fit_costs(p1, graph, model, mb0["copy_s_per_float"], threads=1,
+                                  concurrency_agg=mb0["concurrency_agg"],
+                                  concurrency_dense=mb0["concurrency_dense"], agg_row_per_edge=row_cost),
+                        pack_s_per_float=mb0["pack_s_per_float"])
         out["costs"] = costs.to_dict()
         say(f"P = 1, 1 thread: epoch {median(p1, 'epoch_time_s'):.3f} s (aggregation "
             f"{median(p1, 'time_aggregate_s'):.3f}, dense {median(p1, 'time_dense_s'):.3f})")
@@ -176,26 +184,31 @@ def main(argv: list[str] | None = None) -> int:
             set_rate(hosts, rate, clog)
             rate_costs = replace(costs, concurrency_agg=mb["concurrency_agg"],
                                  concurrency_dense=mb["concurrency_dense"])
-            for v, env in [(c, None) for c in CONTENDERS] + [(Variant("cd-5"), WITHOUT_THREAD)]:
-                name = v.name + ("-no-progress-thread" if env else "")
+            cases = ([(c, None, "") for c in CONTENDERS]
+                     + [(Variant("cd-5"), WITHOUT_THREAD, " (no progress thread)"),
+                        (Variant("cd-0"), BLOCKING, " (blocking)")])
+            for v, env, suffix in cases:
+                name = v.name + suffix.replace(" (", "-").rstrip(")").replace(" ", "-")
                 run = work / "runs" / f"{name}-P2-{rate}"
                 recs = train(python, dirs[2], v.algo, 2, args.epochs, run, work / f"train-{name}-P2-{rate}.log",
                              *v.options(), env=env, launcher=on_hosts(2))
                 pred = predict_epoch(2, v.algo, graph, model, rate_costs, law, net, rf=rfs[2],
-                                     ranks_per_node=2, **v.model_options())
+                                     ranks_per_node=2, overlap=env is not BLOCKING,
+                                     **v.model_options())
                 meas, wait = median(recs, "epoch_time_s"), median(recs, "time_exchange_wait_s")
                 sent = (median(recs, "bytes_forward") + median(recs, "bytes_backward")) / 2
                 predicted_sent = pred.bytes_forward + pred.bytes_backward
                 err = (pred.total_s - meas) / meas
                 # the link carries both directions at once: one rank's bytes take sent / bandwidth
                 link_s = sent / net.bandwidth
-                label = " ".join([v.algo] + v.options()) + (" (no progress thread)" if env else "")
+                label = " ".join([v.algo] + v.options()) + suffix
                 say(f"| {rate} | {label} | {pred.apply} | {meas:.3f} / {pred.total_s:.3f} | {100 * err:+.1f}% | "
                     f"{wait:.3f} / {pred.exchange_s:.3f} | {100 * wait / meas:.0f}% | "
                     f"{median(recs, 'time_allreduce_s'):.3f} / {pred.allreduce_s:.3f} | {sent / 1e6:.2f} / {predicted_sent / 1e6:.2f} | {link_s:.3f} |")
                 out["runs"].append({"rate": rate, "P": 2, "label": label, "algo": v.algo, "apply": pred.apply,
                                     "measured_s": meas, "wait_s": wait, "bytes_per_rank": sent,
-                                    "progress_thread": not env, "allreduce_s": median(recs, "time_allreduce_s"),
+                                    "progress_thread": env is not WITHOUT_THREAD,
+                                    "overlap": env is not BLOCKING, "allreduce_s": median(recs, "time_allreduce_s"),
                                     "link_s": link_s, "error": err,
                                     "predicted": pred.__dict__ | {"total_s": pred.total_s},
                                     "epoch_times_s": [r["epoch_time_s"] for r in read_metrics(run)],

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import machine_line, run_logged, work_folder
-from bench.link import SCRIPT, cluster, on_hosts, set_rate
+from bench.link import BLOCKING, SCRIPT, cluster, on_hosts, set_rate
 from bench.scaling import train
 
 WIDTHS = ("fp32", "bf16", "int8", "int4", "int2")
@@ -40,8 +40,6 @@ ALGOS = ("cd-0", "cd-5")
 TARGET_INT8 = 0.6
 #: cd-0 float32's exchange wait with the overlap, at most this fraction of the blocking wait
 TARGET_OVERLAP = 0.8
-#: the blocking exchange (docs/design.md#overlap)
-BLOCKING = {"DISTGNN_OVERLAP": "off"}
 
 
 def steady(records: list[dict]) -> dict[str, float]:

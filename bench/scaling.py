@@ -71,18 +71,20 @@ class Variant:
     fresh_copies: bool | None = None
     rule: str | None = None
     budget: float | None = None
+    messages: str | None = None   #: --message-precision (None: the train default)
 
     def options(self) -> list[str]:
         copies = {True: ["--fresh-copies"], False: ["--no-fresh-copies"]}.get(self.fresh_copies, [])
         return (copies
                 + (["--cdr-rule", self.rule] if self.rule else [])
-                + (["--recompute-budget", f"{self.budget:g}"] if self.budget is not None else []))
+                + (["--recompute-budget", f"{self.budget:g}"] if self.budget is not None else [])
+                + (["--message-precision", self.messages] if self.messages else []))
 
     def model_options(self) -> dict:
         from distgnn.train.config import TrainConfig
 
         return {"fresh_copies": self.fresh_copies, "rule": self.rule or TrainConfig.cdr_rule,
-                "recompute_budget": self.budget}
+                "recompute_budget": self.budget} | ({"messages": self.messages} if self.messages else {})
 
     @property
     def name(self) -> str:

@@ -73,9 +73,12 @@ in_host() {  # in_host HOST CMD...: run CMD in the host's network, hostname and 
     env SLURM_CONF="$CONF" $(mpi_env) "$@"
 }
 
-mpi_env() {  # Open MPI over TCP on the fabric only
+mpi_env() {  # Open MPI over TCP on the fabric only; threads left unbound (below)
+  # The hosts share this machine's cores, so a rank alone on its host is not alone on the cores:
+  # distgnn's pinning (docs/design.md#thread-pinning) would put every host's rank on core 0.
   echo "OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=$SUBNET.0/24" \
-       "OMPI_MCA_oob_tcp_if_include=$SUBNET.0/24 PMIX_MCA_ptl_tcp_if_include=$SUBNET.0/24"
+       "OMPI_MCA_oob_tcp_if_include=$SUBNET.0/24 PMIX_MCA_ptl_tcp_if_include=$SUBNET.0/24" \
+       "OMP_PROC_BIND=false"
 }
 
 write_conf() {  # write_conf HOST...

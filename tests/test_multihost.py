@@ -193,6 +193,10 @@ def test_launch_puts_one_rank_on_each_host_stages_its_part_and_equals_one_proces
         local, local8, single = local.result(), local8.result(), single.result()
     summary = json.loads((tmp_path / "hosts" / "summary.json").read_text())
     assert summary["hosts_by_rank"] == ["mh1", "mh2"]
+    # the hosts share this machine's cores, so no host's lone rank pins its threads (every one
+    # would take core 0: docs/design.md#thread-pinning)
+    cores = len(os.sched_getaffinity(0))
+    assert summary["placement"]["cpus_by_host"] == {"mh1": cores, "mh2": cores}
     # the preset staged each part on its host's /scratch (stage_dir) and removed it after loading
     assert summary["partition_dir"] == str(partdir.resolve())
     assert srun("sh", "-c", "ls /scratch | grep -c ^distgnn- || true") == ["0", "0"]

@@ -415,6 +415,33 @@ def test_an_integer_width_drops_the_senders_gathers_that_a_term_counts() -> None
     assert exchange("cd-0", "bf16") == pytest.approx(exchange("cd-0", "fp32"), rel=1e-12)  # a cast
 
 
+def test_cd0_at_the_root_hides_each_layers_wire_behind_its_share_of_the_aggregation() -> None:
+    """docs/design.md#overlap: per layer and direction, cd-0's two Alltoallv at the root hide
+    behind up to aggregate x a_l / sum a / 2 (all of a short wire, that share of a long one);
+    blocking (``overlap=False``) and on the replicas nothing hides."""
+    law = ReplicationLaw(a=1.0, b=0.0, leaf_in_fraction=0.5, leaf_out_fraction=0.8)
+    leaves = (2.0 - 1.0) * GRAPH.num_nodes / 4
+    widths = MODEL.aggregated_widths(GRAPH, "cd-0", 4, True)
+    shares = []
+    for bandwidth in (1e7, 1e12):   # a wire longer than every share, and one shorter
+        net = NetworkModel(latency=0.0, bandwidth=bandwidth, allreduce_latency=0.0,
+                           allreduce_bandwidth=1e30)
+
+        def epoch(apply: str, overlap: bool):
+            return predict_epoch(4, "cd-0", GRAPH, MODEL, _costs(), law, net, rf=2.0, apply=apply,
+                                 overlap=overlap)
+        blocking = epoch("root", False)
+        hidden = [min(2 * net.alltoallv(4, leaves * 4 * w), blocking.aggregate_s * w / sum(widths) / 2)
+                  for w in widths]
+        assert epoch("root", True).exchange_s == pytest.approx(blocking.exchange_s - 2 * sum(hidden),
+                                                               rel=1e-9)
+        assert epoch("replicas", True).exchange_s == epoch("replicas", False).exchange_s
+        shares.append(hidden)
+    slow, fast = shares
+    assert slow == pytest.approx([blocking.aggregate_s * w / sum(widths) / 2 for w in widths])
+    assert all(f < s for f, s in zip(fast, slow))
+
+
 def test_an_absolute_fit_reads_a_shaped_links_rate_through_its_burst() -> None:
     """A token bucket passes its burst (256 KB) at line rate (10 GB/s) and meters the rest at
     50 MB/s: the relative fit, where every size weighs alike, reads the line rate; the absolute

@@ -15,7 +15,10 @@ Per rank (the slowest one sets the epoch):
 * cd-0: per layer, forward and backward, two Alltoallv of L a_l 4 bytes per rank, plus the copies
   around them (clone of [n, a_l], gather/scatter of 4 L a_l floats); under ``root`` the same two
   (a broadcast of the roots' rows and a reduce of the leaves' partials; L is an upper bound, as
-  leaves without local in- or out-edges send nothing);
+  leaves without local in- or out-edges send nothing); cd-0's summed layers at the root overlap
+  each exchange with the aggregation that needs nothing remote (docs/design.md#overlap): a
+  layer's two Alltoallv in one direction hide behind up to that layer's share of the
+  aggregation, ``aggregate * a_l / sum a / 2`` (``overlap=False``: ``DISTGNN_OVERLAP=off``);
 * cd-r: forward only, 1/r of the rows, posted non-blocking and waited r steps later: counted as
   latency plus the copies of 1/r of the rows (the transfer itself is taken as hidden behind compute,
   as the progress thread makes it: docs/scale.md#link);
@@ -114,13 +117,16 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
                   fresh_copies: bool | None = None, rule: str = FIRST_RULE,
                   recompute_budget: float | None = None,
                   spec: ExchangeSpec | None = None, messages: str = "auto",
-                  message_group: int = 0) -> EpochPrediction:
+                  message_group: int = 0, overlap: bool = True) -> EpochPrediction:
     """Predicted epoch of ``algo`` at ``parts`` ranks (``rf`` overrides the law's RF(P));
     ``ranks_per_node`` ranks share each machine. The run's exchange: ``spec`` (a trainer's
     spec), or the spec of :func:`exchange_for` with ``apply``, ``fresh_copies``, ``rule`` and
     ``recompute_budget`` as ``distgnn train --apply``, ``--fresh-copies``, ``--cdr-rule`` and
     ``--recompute-budget`` (cd-<r> at the root only; ignored otherwise), ``messages`` and
-    ``message_group`` as ``--message-precision`` and ``--message-group``."""
+    ``message_group`` as ``--message-precision`` and ``--message-group``. ``overlap``: cd-0 at
+    the root overlaps its exchanges with the aggregation that needs nothing remote
+    (docs/design.md#overlap; False: ``DISTGNN_OVERLAP=off``), so each layer's wire time in each
+    direction hides behind up to that layer's share of the aggregation."""
     if spec is None:
         spec = exchange_for(algo, model, apply, fresh_copies, rule, recompute_budget, messages,
                             message_group)
@@ -153,12 +159,19 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
                    + recomputed * rows * model.dense_units(graph, first_layers=1))
     dense = dense_units * costs.dense_s_per_vertex_unit * (costs.concurrency_dense if shared else 1.0)
     exchange = 0.0
+    # cd-0's summed layers at the root post each exchange before the work that needs nothing
+    # remote (docs/design.md#overlap); attention layers exchange blocking
+    overlapped = (overlap and a.delay == 0 and apply == "root"
+                  and not registry.shape_spec(model.model).attention)
     if a.exchange and parts > 1:
         for i, w in enumerate(widths):
             # under a recompute rule the first width is layer 1's (layer 0 is cached)
             copies = leaves - (recomputed * rows if i == 0 else 0.0)
             if a.delay == 0:
-                one = (2 * net.alltoallv(parts, leaves * wire(w)) + costs.copy_s_per_float * (n * w + (4 - 2 * fused) * leaves * w)
+                on_wire = 2 * net.alltoallv(parts, leaves * wire(w))
+                if overlapped:  # hidden behind this layer's aggregation, forward or backward
+                    on_wire = max(on_wire - aggregate * w / sum(widths) / 2, 0.0)
+                one = (on_wire + costs.copy_s_per_float * (n * w + (4 - 2 * fused) * leaves * w)
                        + pack * 2 * leaves * w)
                 exchange += 2 * one  # forward and backward (the adjoint)
             elif fresh_copies:
