@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         costs = replace(fit_costs(p1, graph, model, mb0["copy_s_per_float"], threads=1,
                                   concurrency_agg=mb0["concurrency_agg"],
                                   concurrency_dense=mb0["concurrency_dense"], agg_row_per_edge=row_cost),
-                        pack_s_per_float=mb0["pack_s_per_float"])
+                        pack_s_per_float=mb0["pack_s_per_float"],
+                        pack_into_s_per_float=mb0["pack_into_s_per_float"])
         out["costs"] = costs.to_dict()
         say(f"P = 1, 1 thread: epoch {median(p1, 'epoch_time_s'):.3f} s (aggregation "
             f"{median(p1, 'time_aggregate_s'):.3f}, dense {median(p1, 'time_dense_s'):.3f})")

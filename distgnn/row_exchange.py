@@ -187,10 +187,12 @@ class PendingExchange:
 
     def __init__(self, engine: "RowEngine", recvs: list[tuple[int, Any]],
                  sends: dict[int, deque], recv: torch.Tensor, keep_alive: Any, call: str,
-                 finish: Callable[[torch.Tensor], torch.Tensor] | None = None):
+                 finish: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 codec: MessageCodec | None = None):
         self._engine, self._call = engine, call
         self._recv, self._keep_alive = recv, keep_alive
         self._finish = finish  # the rows as used from the rows as received (a codec's decode)
+        self._codec = codec    # the codec that encoded them (None: they travel as used)
         #: requests not yet complete, with their peer and whether each is a send
         self.requests: list[Any] = [r for _, r in recvs]
         self.peers: list[int] = [peer for peer, _ in recvs]
@@ -226,7 +228,7 @@ class PendingExchange:
     def done(self) -> bool:
         return not self.requests and not any(self._queued.values())
 
-    def wait(self) -> torch.Tensor:
+    def _complete(self) -> None:
         if not self.done:
             WAITS.enter(self._call, self.outstanding())
             try:
@@ -235,9 +237,28 @@ class PendingExchange:
             finally:
                 WAITS.leave()
         self._keep_alive = None
+
+    def wait(self) -> torch.Tensor:
+        self._complete()
         if self._finish is not None:  # rows sent in fewer bytes than they are used in
             self._recv, self._finish = self._finish(self._recv), None
         return self._recv
+
+    def wait_into(self, table: torch.Tensor, ids: torch.Tensor, add: bool = False) -> None:
+        """:meth:`wait`, the received rows landing in ``table`` at ``ids``: added in the order
+        of ``ids`` (``table.index_add_``) with ``add``, else assigned (``ids`` distinct). Rows of
+        an integer width are decoded straight into their place (no decoded copy;
+        docs/design.md#message-precision), with the same bits."""
+        self._complete()
+        if self._finish is not None and self._codec is not None:
+            self._finish = None
+            self._codec.decode_into(self._recv, table, ids, add)
+            return
+        rows = self.wait()
+        if add:
+            table.index_add_(0, ids, rows)
+        else:
+            table[ids] = rows
 
 
 class RowEngine:
@@ -413,7 +434,8 @@ class RowEngine:
         comm.bytes_sent[kind.value] += sent
         if direction is not None:
             comm.bytes_sent[direction.value] += sent
-        pending = PendingExchange(self, recvs, sends, recv_rows, send_buf, call, finish)
+        pending = PendingExchange(self, recvs, sends, recv_rows, send_buf, call, finish,
+                                  codec if encoded else None)
         if not pending.done:
             with self._lock:
                 self._in_flight.append(pending)

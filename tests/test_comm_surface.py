@@ -461,3 +461,30 @@ def test_cd0s_overlapped_sum_shows_nothing_of_a_reused_blocks_contents(fake_mpi,
     want.backward(grad.double())
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(h.grad.double(), h_ref.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("messages", ["fp32", "bf16", "int8", "int2"])
+def test_rows_waited_into_a_table_are_the_rows_waited_then_scattered(fake_mpi, messages) -> None:
+    """``wait_into`` (an integer width decodes each row in its place) leaves a table as
+    ``wait()`` and then ``index_add_`` (ids repeated) or an assignment (ids distinct) leave it, bit
+    for bit: one rank whose own block is the whole exchange."""
+    table = torch.randn(12, 24)
+    send = RowPlan(torch.tensor([3, 0, 7, 7, 11], dtype=torch.int64), np.array([0, 5]))
+    for ids, add in ((torch.tensor([2, 9, 2, 0, 9]), True), (torch.tensor([4, 1, 8, 6, 10]), False)):
+        recv = RowPlan(ids, np.array([0, 5]))
+        results = []
+        for into in (False, True):
+            comm = Communicator(FakeComm(size=1))
+            comm.set_messages(MessageCodec(messages), seed=5)
+            comm.start_epoch(1)
+            target = torch.ones(12, 24)
+            pending = comm.exchange_rows_async(table, send, recv, Traffic.FORWARD,
+                                               Direction.REDUCE, gather=True)
+            if into:
+                pending.wait_into(target, ids, add)
+            elif add:
+                target.index_add_(0, ids, pending.wait())
+            else:
+                target[ids] = pending.wait()
+            results.append(target)
+        assert torch.equal(*results), (messages, add)

@@ -136,6 +136,44 @@ def test_constant_rows_and_bf16_and_fp32():
 
 
 @pytest.mark.parametrize("precision", WIDTHS + ("fp32", "bf16"))
+def test_decoding_into_a_table_is_decoding_then_scattering(isa, precision):
+    """The decode fused with the scatter (``decode_into``) leaves the table as decoding first and
+    then ``table[ids] = rows`` (distinct ids) or ``table.index_add_(0, ids, rows)`` (ids repeated
+    and unsorted: summed in their order) leave it, bit for bit, any group and thread count; a
+    table that is not contiguous float32 takes the unfused path; an id outside the table and an
+    add without ids are refused."""
+    x = torch.randn(9, 70) * 3
+    distinct = torch.tensor([5, 299, 0, 17, 140, 2, 88, 1, 250], dtype=torch.int64)
+    repeated = torch.tensor([5, 299, 0, 5, 17, 5, 2, 299, 0], dtype=torch.int64)
+    for group in (0, 32):
+        codec = MessageCodec(precision, group=group if precision in MESSAGE_BITS else 0, threads=2)
+        wire = codec.encode(x, stochastic=True, key=7)
+        rows = codec.decode(wire, 70)
+        for ids, add in ((distinct, False), (repeated, True), (distinct, True)):
+            table = torch.randn(300, 70)
+            want = table.clone()
+            if add:
+                want.index_add_(0, ids, rows)
+            else:
+                want[ids] = rows
+            codec.decode_into(wire, table, ids, add)
+            assert torch.equal(table, want), (group, add)
+        strided = torch.randn(300, 140)[:, ::2]
+        want = strided.clone().index_add_(0, repeated, rows)
+        codec.decode_into(wire, strided, repeated, add=True)
+        assert torch.equal(strided, want)
+    if precision in MESSAGE_BITS:
+        wire = MessageCodec(precision).encode(x[:1])
+        for bad in (300, -1):
+            with pytest.raises(IndexError, match="index"):
+                _native.quantize_decode(wire, torch.zeros(300, 70), MESSAGE_BITS[precision], 0, 1,
+                                        torch.tensor([bad]), True)
+        with pytest.raises(ValueError, match="add needs an index"):
+            _native.quantize_decode(wire, torch.zeros(1, 70), MESSAGE_BITS[precision], 0, 1,
+                                    None, True)
+
+
+@pytest.mark.parametrize("precision", WIDTHS + ("fp32", "bf16"))
 def test_encoding_rows_by_index_is_encoding_the_gathered_rows(isa, precision):
     """The fused gather and encode (``ids``) writes the bytes of encoding ``x[ids]``, both
     roundings, repeated and unsorted ids, any thread count; a table that is not contiguous float32

@@ -390,12 +390,32 @@ def test_message_widths_scale_the_bytes_and_add_the_pack_term() -> None:
     assert epoch("auto", algo="0c").bytes_forward == 0.0
 
 
-def test_an_integer_width_drops_the_senders_gathers_that_a_term_counts() -> None:
-    """The rows an integer width sends are encoded where they lie, so where a term counts the
-    sender's gather it goes: cd-0 per layer and direction copies its table once, then the leaf
-    rows four times at float32 (gather and scatter of the reduce and of the broadcast) and twice
-    at an integer width; the replicas' cd-r three times and twice. cd-r at the root counts one
-    copy per message row (the receiver's), which stays."""
+def test_the_exchanges_that_decode_into_their_table_pay_the_into_figure() -> None:
+    """cd-0 decodes its received rows into its table (``pack_into_s_per_float``, which falls back
+    to ``pack_s_per_float`` where a calibration lacks it): 2 x 2 x leaves x widths values per
+    epoch at the into figure; cd-r's binned messages keep the plain one."""
+    law = ReplicationLaw(a=1.0, b=0.0, leaf_in_fraction=0.5, leaf_out_fraction=0.8)
+    free = NetworkModel(latency=0.0, bandwidth=1e30, allreduce_latency=0.0, allreduce_bandwidth=1e30)
+
+    def exchange(algo: str, pack: float, pack_into: float) -> float:
+        costs = ComputeCosts(**{**_costs().to_dict(), "pack_s_per_float": pack,
+                                "pack_into_s_per_float": pack_into})
+        return predict_epoch(4, algo, GRAPH, MODEL, costs, law, free, rf=2.0,
+                             messages="int8").exchange_s
+    leaves = (2.0 - 1.0) * GRAPH.num_nodes / 4
+    widths = sum(MODEL.aggregated_widths(GRAPH, "cd-0", 4, True))
+    assert exchange("cd-0", 1e-9, 3e-9) - exchange("cd-0", 1e-9, 0.0) == pytest.approx(
+        2 * 2 * leaves * widths * 2e-9, rel=1e-9)
+    assert exchange("cd-0", 1e-9, 1e-9) == exchange("cd-0", 1e-9, 0.0)
+    assert exchange("cd-5", 1e-9, 3e-9) == exchange("cd-5", 1e-9, 0.0)
+
+
+def test_an_integer_width_drops_the_gathers_and_scatters_that_a_term_counts() -> None:
+    """The rows an integer width sends are encoded where they lie, and cd-0's received rows are
+    decoded into their places, so those copies go: cd-0 per layer and direction copies its table
+    once, then the leaf rows four times at float32 (gather and scatter of the reduce and of the
+    broadcast) and not at all at an integer width; the replicas' cd-r three times and twice. cd-r
+    at the root counts one copy per message row (the receiver's, from its mailbox), which stays."""
     law = ReplicationLaw(a=1.0, b=0.0, leaf_in_fraction=0.5, leaf_out_fraction=0.8)
     free = NetworkModel(latency=0.0, bandwidth=1e30, allreduce_latency=0.0, allreduce_bandwidth=1e30)
     costs = _costs()   # no pack term: the copies alone
@@ -407,7 +427,7 @@ def test_an_integer_width_drops_the_senders_gathers_that_a_term_counts() -> None
     widths = sum(MODEL.aggregated_widths(GRAPH, "cd-0", 4, True))
     for width in ("int8", "int2"):
         assert exchange("cd-0", "fp32") - exchange("cd-0", width) == pytest.approx(
-            2 * 2 * leaves * widths * costs.copy_s_per_float, rel=1e-9)
+            2 * 4 * leaves * widths * costs.copy_s_per_float, rel=1e-9)
         assert exchange("cd-5", "fp32", apply="replicas") - exchange(
             "cd-5", width, apply="replicas") == pytest.approx(
             leaves * widths / 5 * costs.copy_s_per_float, rel=1e-9)

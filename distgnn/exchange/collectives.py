@@ -32,13 +32,14 @@ def reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, k
     with timers("exchange_wait"):
         # gather and scatter-add of the leaves' rows, the clone, then the same back
         timers.rows("copied", x.shape[0] + 2 * len(part.leaf_send.ids) + 2 * len(part.root_recv.ids))
-        received = comm.exchange_rows(x, part.leaf_send, part.root_recv, kind,
-                                      training_direction(kind, Direction.REDUCE), gather=True)
+        # the received rows land in place: an integer width decodes them there
+        received = comm.exchange_rows_async(x, part.leaf_send, part.root_recv, kind,
+                                            training_direction(kind, Direction.REDUCE), gather=True)
         total = pooled_copy(x)
-        total.index_add_(0, part.root_recv.ids, received)
-        back = comm.exchange_rows(total, part.root_recv, part.leaf_send, kind,
-                                  training_direction(kind, Direction.BROADCAST), gather=True)
-        total[part.leaf_send.ids] = back
+        received.wait_into(total, part.root_recv.ids, add=True)
+        comm.exchange_rows_async(total, part.root_recv, part.leaf_send, kind,
+                                 training_direction(kind, Direction.BROADCAST),
+                                 gather=True).wait_into(total, part.leaf_send.ids)
     return total
 
 
@@ -76,10 +77,9 @@ class Broadcast(torch.autograd.Function):
         timers.rows("copied", h.shape[0] + len(plans.bcast_root.ids) + len(plans.bcast_leaf.ids))
         if comm.size > 1:
             with timers("exchange_wait"):
-                rows = comm.exchange_rows(h, plans.bcast_root, plans.bcast_leaf, kind,
-                                          training_direction(kind, Direction.BROADCAST),
-                                          gather=True)
-                src[plans.bcast_leaf.ids] = rows
+                comm.exchange_rows_async(h, plans.bcast_root, plans.bcast_leaf, kind,
+                                         training_direction(kind, Direction.BROADCAST),
+                                         gather=True).wait_into(src, plans.bcast_leaf.ids)
         return src
 
     @staticmethod
@@ -89,9 +89,10 @@ class Broadcast(torch.autograd.Function):
         ctx.timers.rows("copied", ctx.n_roots + len(plans.bcast_leaf.ids) + len(plans.bcast_root.ids))
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
-                rows = ctx.comm.exchange_rows(grad_src, plans.bcast_leaf, plans.bcast_root,
-                                              Traffic.BACKWARD, Direction.REDUCE, gather=True)
-                grad_h.index_add_(0, plans.bcast_root.ids, rows)
+                ctx.comm.exchange_rows_async(grad_src, plans.bcast_leaf, plans.bcast_root,
+                                             Traffic.BACKWARD, Direction.REDUCE,
+                                             gather=True).wait_into(grad_h, plans.bcast_root.ids,
+                                                                    add=True)
         return grad_h, None, None, None, None, None
 
 
@@ -107,9 +108,9 @@ class Reduce(torch.autograd.Function):
         timers.rows("copied", n_roots + len(plans.reduce_leaf.ids) + len(plans.reduce_root.ids))
         if comm.size > 1:
             with timers("exchange_wait"):
-                rows = comm.exchange_rows(p, plans.reduce_leaf, plans.reduce_root, kind,
-                                          training_direction(kind, Direction.REDUCE), gather=True)
-                a.index_add_(0, plans.reduce_root.ids, rows)
+                comm.exchange_rows_async(p, plans.reduce_leaf, plans.reduce_root, kind,
+                                         training_direction(kind, Direction.REDUCE),
+                                         gather=True).wait_into(a, plans.reduce_root.ids, add=True)
         return a
 
     @staticmethod
@@ -125,9 +126,9 @@ class Reduce(torch.autograd.Function):
                         + len(plans.reduce_leaf.ids))
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
-                rows = ctx.comm.exchange_rows(grad_a, plans.reduce_root, plans.reduce_leaf,
-                                              Traffic.BACKWARD, Direction.BROADCAST, gather=True)
-                grad_p[plans.reduce_leaf.ids] = rows
+                ctx.comm.exchange_rows_async(grad_a, plans.reduce_root, plans.reduce_leaf,
+                                             Traffic.BACKWARD, Direction.BROADCAST,
+                                             gather=True).wait_into(grad_p, plans.reduce_leaf.ids)
         return grad_p, None, None, None, None, None
 
 

@@ -142,20 +142,20 @@ def overlapped(x: torch.Tensor, n_table: int, n_roots: int, spread: Leg, early: 
     with timers("aggregate"):
         leaves = early(table, threads)
     with timers("exchange_wait"):
-        table[spread.recv.ids] = arriving.wait()
+        arriving.wait_into(table, spread.recv.ids)   # an integer width decodes in place
     with timers("aggregate"):
         leaves += late(table, threads)
     timers.rows("written", n_roots + leaves.shape[0])
     with timers("exchange_wait"):
-        sent = POOL.empty((len(gather.send.ids), leaves.shape[1]), leaves.dtype)
-        torch.index_select(leaves, 0, gather.send.ids.to(torch.int64) - n_roots, out=sent)
-        returning = comm.exchange_rows_async(sent, gather.send, gather.recv, gather.kind,
-                                             gather.direction)
+        # the leaf rows [n_roots, n_table) are leaves' rows [0, ...): the plan's ids shifted
+        send = RowPlan(gather.send.ids.to(torch.int64) - n_roots, gather.send.offsets)
+        returning = comm.exchange_rows_async(leaves, send, gather.recv, gather.kind,
+                                             gather.direction, gather=True)
     with timers("aggregate"):
         out = own(table, threads)
     timers.rows("copied", len(gather.send.ids) + len(gather.recv.ids))
     with timers("exchange_wait"):
-        out.index_add_(0, gather.recv.ids, returning.wait())
+        returning.wait_into(out, gather.recv.ids, add=True)
     return out
 
 

@@ -89,6 +89,23 @@ class MessageCodec:
                                     self.threads, ids)
         return packed
 
+    def decode_into(self, wire: torch.Tensor, table: torch.Tensor, ids: torch.Tensor,
+                    add: bool = False) -> None:
+        """Rows ``decode(wire)`` land in ``table`` [rows, F] at ``ids`` (int64 [N]): added in the
+        order of ``ids`` (as ``table.index_add_``) with ``add``, else assigned (``ids``
+        distinct, as ``table[ids] = rows``). An integer width decodes each row straight into
+        its place, with the bits of decoding first."""
+        if self.bits is not None and table.dtype == torch.float32 and table.is_contiguous():
+            if wire.shape[0]:
+                _native.quantize_decode(wire.contiguous(), table, self.bits, self.group,
+                                        self.threads, ids.to(torch.int64).contiguous(), add)
+            return
+        rows = self.decode(wire, table.shape[1], table.dtype)
+        if add:
+            table.index_add_(0, ids, rows)
+        else:
+            table[ids] = rows
+
     def decode(self, wire: torch.Tensor, width: int, dtype: torch.dtype = torch.float32,
                out: torch.Tensor | None = None) -> torch.Tensor:
         """The wire form of rows of ``width`` columns -> rows [N, width] in ``dtype`` (integer

@@ -88,13 +88,16 @@ class ComputeCosts:
     #: encoding one float32 value in an integer --message-precision and decoding it again
     #: (distgnn.scaling.microbench.pack_cost; 0 in calibrations made before it)
     pack_s_per_float: float = 0.0
+    #: the same where the decode adds each row into its table (cd-0's exchanges and the fresh
+    #: broadcast: pack_cost(into=True)); 0: ``pack_s_per_float``
+    pack_into_s_per_float: float = 0.0
 
     def scaled(self, speedup: float) -> "ComputeCosts":
         """The same costs on hardware ``speedup`` times faster at compute and copies."""
         return ComputeCosts(self.agg_s_per_edge_col / speedup, self.dense_s_per_vertex_unit / speedup,
                             self.copy_s_per_float / speedup, self.overhead_s / speedup, self.threads,
                             self.concurrency_agg, self.concurrency_dense, self.agg_row_per_edge,
-                            self.pack_s_per_float / speedup)
+                            self.pack_s_per_float / speedup, self.pack_into_s_per_float / speedup)
 
     def to_dict(self) -> dict:
         return asdict(self)

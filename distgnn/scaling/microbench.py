@@ -4,7 +4,7 @@ against message size, and the copy cost around an exchange (clone, gather, scatt
     mpiexec -n 2 python -m distgnn.scaling.microbench OUT.json [--repeats 11] [--max-bytes B]
 
 Rank 0 writes ``{"pingpong"|"alltoall"|"allreduce": {"bytes": [...], "seconds": [...]},
-"copy_s_per_float": x, "pack_s_per_float": x, "concurrency_agg": s, "concurrency_dense": s, "network": NetworkModel
+"copy_s_per_float": x, "pack_s_per_float": x, "pack_into_s_per_float": x, "concurrency_agg": s, "concurrency_dense": s, "network": NetworkModel
 fitted}``; times are medians over repeats. The concurrency figures are how much slower a rank
 computes while the other rank computes too (1 when ranks do not share a machine).
 """
@@ -75,6 +75,7 @@ def run(out: Path, repeats: int = 11, max_bytes: int = 8 * 4 ** 11) -> dict:
         result["allreduce"]["seconds"].append(t)
     result["copy_s_per_float"] = copy_cost(repeats, comm)
     result["pack_s_per_float"] = pack_cost(repeats)
+    result["pack_into_s_per_float"] = pack_cost(repeats, into=True)
     result.update(concurrency(comm, repeats))
     net = fitted_network(result["pingpong"], result["alltoall"], result["allreduce"])
     result["network"] = net.to_dict()
@@ -107,22 +108,29 @@ def copy_cost(repeats: int, comm: Communicator, pooled: bool = True, n: int = 20
     return _median_time(copies, repeats, comm) / (n * width + 3 * len(ids) * width)
 
 
-def pack_cost(repeats: int, n: int = 100_000, width: int = 256, fused: bool = True) -> float:
+def pack_cost(repeats: int, n: int = 100_000, width: int = 256, fused: bool = True,
+              into: bool = False) -> float:
     """Seconds to encode one float32 value in int8 with stochastic rounding and decode it again
     (one thread; the codec's cost per value sent, docs/design.md#message-precision). ``fused``
-    (as an exchange sends): the ``n`` rows are read in place from a table of ``4 n`` (sorted
-    random ids, as a plan's), the gather being the encode's read; else from ``n`` contiguous rows.
-    The rows are decoded into a buffer made once: a float32 exchange allocates its received rows
-    too, so the allocation is not the codec's."""
+    (as exchanges send): the ``n`` rows are read in place from a table of ``4 n`` (sorted random
+    ids, as a plan's), the gather being the encode's read; else from ``n`` contiguous rows. They
+    are decoded into a buffer made once (a float32 exchange allocates its received rows too, so
+    the allocation is not the codec's), or with ``into`` (as cd-0's exchanges receive) into the
+    rows of a table of ``4 n`` at such ids, added to them, the add being the decode's write."""
     codec = MessageCodec("int8", threads=1)
     generator = torch.Generator().manual_seed(0)
     table = torch.randn(4 * n if fused else n, width, generator=generator)
     ids = torch.randperm(4 * n, generator=generator)[:n].sort().values if fused else None
-    into = torch.empty(n, width)
+    at = torch.randperm(4 * n, generator=generator)[:n].sort().values
+    target = torch.zeros(4 * n, width) if into else torch.empty(n, width)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        codec.decode(codec.encode(table, True, 1, ids), width, out=into)
+        wire = codec.encode(table, True, 1, ids)
+        if into:
+            codec.decode_into(wire, target, at, add=True)
+        else:
+            codec.decode(wire, width, out=target)
         times.append(time.perf_counter() - start)
     return float(np.median(times)) / (n * width)
 

@@ -35,6 +35,8 @@ Per rank (the slowest one sets the epoch):
   sent under an integer width costs ``pack_s_per_float`` to encode and decode (measured by the
   microbenchmark), beside the copies, less the sender's gather where a term counts it (cd-0's
   exchanges, the fresh broadcast, the replicas' messages): the encode reads the rows in place;
+  in cd-0's exchanges and the fresh broadcast the receiver's scatter or add goes too (the decode
+  writes each row in its place, ``pack_into_s_per_float`` a value);
 * 0c: no exchange;
 * every algorithm: one Allreduce of the gradients (parameters x 4 bytes) and the per-epoch overhead;
 * ranks sharing one machine (``ranks_per_node`` > 1) compute slower by the measured concurrency
@@ -134,8 +136,11 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
         return float(message_row_bytes(width, spec.messages, spec.message_group))
 
     pack = costs.pack_s_per_float if spec.messages in MESSAGE_BITS else 0.0
-    # an integer width encodes the rows it sends where they lie (the gather is the encode's read):
-    # one copy fewer per row sent where the terms below count the sender's gather
+    # cd-0's exchanges and the fresh broadcast decode each row into its table (added or set)
+    pack_into = (costs.pack_into_s_per_float or pack) if spec.messages in MESSAGE_BITS else 0.0
+    # an integer width encodes the rows it sends where they lie (the gather is the encode's read)
+    # and, in the exact exchanges, decodes the rows it receives into their places (the scatter or
+    # the add is the decode's write): the terms below drop those copies
     fused = 1.0 if spec.messages in MESSAGE_BITS else 0.0
     a, apply, fresh_copies = spec.algorithm, spec.apply, spec.fresh_copies
     rf = 1.0 if parts == 1 else float(rf if rf is not None else law(parts))
@@ -171,15 +176,15 @@ def predict_epoch(parts: int, algo: str, graph: GraphShape, model: ModelShape, c
                 on_wire = 2 * net.alltoallv(parts, leaves * wire(w))
                 if overlapped:  # hidden behind this layer's aggregation, forward or backward
                     on_wire = max(on_wire - aggregate * w / sum(widths) / 2, 0.0)
-                one = (on_wire + costs.copy_s_per_float * (n * w + (4 - 2 * fused) * leaves * w)
-                       + pack * 2 * leaves * w)
+                one = (on_wire + costs.copy_s_per_float * (n * w + (4 - 4 * fused) * leaves * w)
+                       + pack_into * 2 * leaves * w)
                 exchange += 2 * one  # forward and backward (the adjoint)
             elif fresh_copies:
                 # cd-0's broadcast, blocking, forward and its adjoint backward; the reduce (and its
                 # delayed gradient) in bins of 1/r of the rows, non-blocking
                 broadcast = (net.alltoallv(parts, leaves * wire(w))
-                             + costs.copy_s_per_float * (n * w + (2 - fused) * leaves * w)
-                             + pack * 2 * leaves * w)
+                             + costs.copy_s_per_float * (n * w + (2 - 2 * fused) * leaves * w)
+                             + pack_into * 2 * leaves * w)
                 exchange += 2 * broadcast + 2 * (parts - 1) * net.latency + (costs.copy_s_per_float + pack) * (
                     2 * leaves * w / a.delay)
             elif apply == "root":

@@ -45,12 +45,23 @@ void encode(Mat<const float> x, Mat<uint8_t> packed, int bits, int64_t group, bo
   q::encode(x.data(), n, F, bits, group, stochastic, key, packed.data(), threads, ids);
 }
 
-void decode(Mat<const uint8_t> packed, Mat<float> y, int bits, int64_t group, int threads) {
-  const int64_t n = static_cast<int64_t>(y.shape(0)), F = static_cast<int64_t>(y.shape(1));
+void decode(Mat<const uint8_t> packed, Mat<float> y, int bits, int64_t group, int threads,
+            std::optional<Vec<const int64_t>> index, bool add) {
+  const int64_t rows = static_cast<int64_t>(y.shape(0)), F = static_cast<int64_t>(y.shape(1));
+  const int64_t n = index ? static_cast<int64_t>(index->shape(0)) : rows;
   check_packed(static_cast<int64_t>(packed.shape(0)), static_cast<int64_t>(packed.shape(1)), n, F,
                bits, group);
+  if (!index) {
+    if (add) throw std::invalid_argument("add needs an index");
+    nb::gil_scoped_release release;
+    q::decode(packed.data(), n, F, bits, group, y.data(), threads);
+    return;
+  }
+  const int64_t* ids = index->data();
+  for (int64_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= rows) throw std::out_of_range("index: every row must be in [0, rows of y)");
   nb::gil_scoped_release release;
-  q::decode(packed.data(), n, F, bits, group, y.data(), threads);
+  q::decode_into(packed.data(), n, F, bits, group, y.data(), ids, add, threads);
 }
 
 }  // namespace
@@ -68,6 +79,9 @@ void register_quantize(nb::module_& m) {
         "float32 rows [n, F] to packed rows (distgnn/quantize.hpp); with index (int64 [m]) "
         "packed row i is x row index[i], a gather fused into the encode.");
   m.def("quantize_decode", &decode, "packed"_a.noconvert(), "y"_a.noconvert(), "bits"_a,
-        "group"_a = 0, "threads"_a = 0,
-        "quantize_decode(packed, y, bits, group=0, threads=0): packed rows to float32 rows [n, F].");
+        "group"_a = 0, "threads"_a = 0, "index"_a.noconvert() = nb::none(), "add"_a = false,
+        "quantize_decode(packed, y, bits, group=0, threads=0, index=None, add=False): packed rows "
+        "to float32 rows [n, F]; with index (int64 [n]) packed row i lands in row index[i] of the "
+        "table y, assigned (distinct rows) or with add added in the order of index (a scatter or "
+        "index_add_ fused into the decode).");
 }

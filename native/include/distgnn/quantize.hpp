@@ -245,6 +245,39 @@ void rows(const float* x, uint8_t* packed, float* y, int64_t n, int64_t F, int b
   }
 }
 
+// Decode packed row i into row index[i] of the table y: assigned (the rows named are distinct,
+// so threads share the rows), or with Add added to it, one thread taking the rows in order
+// i = 0, 1, ... so a row named twice sums in the order torch's index_add_ sums it.
+template <bool Add>
+void decode_into(const uint8_t* packed, int64_t n, int64_t F, int bits, int64_t group, float* y,
+                 const int64_t* index, int threads) {
+  const int64_t G = group <= 0 || group >= F ? (F > 0 ? F : 1) : group;
+  const int64_t rb = row_bytes(F, bits, G);
+  const RowFn<false> fn = pick_row<false>();
+  threads = Add ? 1 : resolve_threads(threads);
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<uint8_t> codes(static_cast<size_t>(F));
+    std::vector<float> row(Add ? static_cast<size_t>(F) : 0);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      float* dst = y + index[i] * F;
+      uint8_t* src = const_cast<uint8_t*>(packed) + i * rb;
+      if (i + kPrefetchRows < n) {  // ids jump: fetch a later row's lines, for writing, now
+        const char* ahead = reinterpret_cast<const char*>(y + index[i + kPrefetchRows] * F);
+        for (int64_t b = 0; b < F * 4; b += 64) __builtin_prefetch(ahead + b, 1);
+        __builtin_prefetch(ahead + F * 4 - 1, 1);
+      }
+      if constexpr (Add) {
+        fn(nullptr, src, row.data(), F, bits, G, false, 0, codes.data());
+        for (int64_t k = 0; k < F; ++k) dst[k] += row[k];
+      } else {
+        fn(nullptr, src, dst, F, bits, G, false, 0, codes.data());
+      }
+    }
+  }
+}
+
 }  // namespace detail
 
 // x [n, F] float32 -> packed [n, row_bytes(F, bits, group)]; bits 2, 4 or 8. With `index` ([n],
@@ -252,6 +285,17 @@ void rows(const float* x, uint8_t* packed, float* y, int64_t n, int64_t F, int b
 inline void encode(const float* x, int64_t n, int64_t F, int bits, int64_t group, bool stochastic,
                    uint64_t key, uint8_t* packed, int threads, const int64_t* index = nullptr) {
   detail::rows<true>(x, packed, nullptr, n, F, bits, group, stochastic, key, threads, index);
+}
+
+// packed [n, row_bytes(F, bits, group)] -> rows index[i] of the table y [rows, F] float32,
+// assigned (`index` distinct) or added to (`add`, in the order of `index`): the decode fused with
+// the scatter of the received rows into their table.
+inline void decode_into(const uint8_t* packed, int64_t n, int64_t F, int bits, int64_t group,
+                        float* y, const int64_t* index, bool add, int threads) {
+  if (add)
+    detail::decode_into<true>(packed, n, F, bits, group, y, index, threads);
+  else
+    detail::decode_into<false>(packed, n, F, bits, group, y, index, threads);
 }
 
 // packed [n, row_bytes(F, bits, group)] -> y [n, F] float32.
