@@ -100,6 +100,11 @@ class Communicator:
         #: this communicator's row exchanges in flight, their progress engine and thread
         self.row_engine = RowEngine(self)
 
+    def copies_rows(self, kind: Traffic) -> bool:
+        """Whether an exchange of ``kind`` copies the rows it gathers and scatters
+        (:meth:`RowEngine.copies_rows`; the ``rows_copied`` count follows it)."""
+        return self.row_engine.copies_rows(kind)
+
     def set_messages(self, codec: MessageCodec, seed: int) -> None:
         """Training rows travel encoded by ``codec`` (:meth:`RowEngine.set_messages`)."""
         self.row_engine.set_messages(codec, seed)

@@ -282,6 +282,12 @@ class RowEngine:
         self._stream: tuple[int, int] = (0, 0)
         self._encoded = 0
 
+    def copies_rows(self, kind: Traffic) -> bool:
+        """Whether an exchange of ``kind`` copies the rows it gathers and scatters: not where an
+        integer width encodes them in place and decodes them into place (``gather=True``,
+        :meth:`PendingExchange.wait_into`)."""
+        return not (Traffic(kind) in ENCODED and self.messages.bits is not None)
+
     def set_messages(self, codec: MessageCodec, seed: int) -> None:
         """Send training rows with ``codec``; its stochastic rounding draws from streams keyed by
         ``seed``, the epoch (:meth:`start_epoch`), the exchange's number in the epoch and the

@@ -405,24 +405,15 @@ def test_sends_to_a_peer_keep_a_window_of_pieces_in_flight(fake_mpi, monkeypatch
     assert np.array_equal(np.concatenate([r.message[0] for r in fake.calls]), rows.numpy())
 
 
-def test_cd0s_overlapped_sum_shows_nothing_of_a_reused_blocks_contents(fake_mpi, monkeypatch) -> None:
-    """cd-0's overlapped sum takes its tables and the rows it sends from the output pool
-    (docs/design.md#output-buffers). With every pooled block handed out full of NaN (what a
-    reused block may hold), its result and its gradient equal a plain torch reference of the
-    whole kernel: one rank whose leaf copies are copies of its own roots, some source rows never
-    written (zero), the leaves' partials added at their roots."""
+def overlap_case(seed: int = 3) -> SimpleNamespace:
+    """One rank's overlapped cd-0 sum (distgnn/exchange/overlap.py) whose leaf copies are copies of
+    its own roots: blocks, plans and a float64 torch reference of the whole kernel, some source
+    rows never written (zero), the leaves' partials added at their roots."""
     from distgnn.exchange.local_sum import KernelGraph
     from distgnn.exchange.norms import KernelWeights
-    from distgnn.exchange.overlap import OverlapBlocks, OverlappedSum
-    from distgnn.kernels.output_pool import POOL
-    from distgnn.timers import Timers
+    from distgnn.exchange.overlap import OverlapBlocks
 
-    handed = POOL.empty
-
-    def poisoned(shape, dtype):
-        return handed(shape, dtype).fill_(float("nan"))
-    monkeypatch.setattr(POOL, "empty", poisoned)
-    g = torch.Generator().manual_seed(3)
+    g = torch.Generator().manual_seed(seed)
     n_roots, copies, unwritten, leaf_dst, edges, width = 30, 10, 3, 12, 500, 5
     n_src, n_dst = n_roots + copies + unwritten, n_roots + leaf_dst
     dst = torch.randint(0, n_dst, (edges,), generator=g)
@@ -450,17 +441,58 @@ def test_cd0s_overlapped_sum_shows_nothing_of_a_reused_blocks_contents(fake_mpi,
         y = y.index_add(0, own, weight[own].double().unsqueeze(1) * table[own])
         y = scale.double().unsqueeze(1) * y
         return y[:n_roots].index_add(0, at_root, y[n_roots:])
+    return SimpleNamespace(blocks=blocks, plans=plans, reference=reference, n_roots=n_roots,
+                           copies=copies, leaf_dst=leaf_dst,
+                           h=torch.randn(n_roots, width, generator=g),
+                           grad=torch.randn(n_roots, width, generator=g))
 
-    h = torch.randn(n_roots, width, generator=g, requires_grad=True)
-    grad = torch.randn(n_roots, width, generator=g)
-    out = OverlappedSum.apply(h, blocks, plans, Communicator(FakeComm(size=1)), Timers(),
+
+def test_cd0s_overlapped_sum_shows_nothing_of_a_reused_blocks_contents(fake_mpi, monkeypatch) -> None:
+    """cd-0's overlapped sum takes its tables and the rows it sends from the output pool
+    (docs/design.md#output-buffers). With every pooled block handed out full of NaN (what a
+    reused block may hold), its result and its gradient equal a plain torch reference of the
+    whole kernel (:func:`overlap_case`)."""
+    from distgnn.exchange.overlap import OverlappedSum
+    from distgnn.kernels.output_pool import POOL
+    from distgnn.timers import Timers
+
+    handed = POOL.empty
+
+    def poisoned(shape, dtype):
+        return handed(shape, dtype).fill_(float("nan"))
+    monkeypatch.setattr(POOL, "empty", poisoned)
+    case = overlap_case()
+    h = case.h.clone().requires_grad_(True)
+    out = OverlappedSum.apply(h, case.blocks, case.plans, Communicator(FakeComm(size=1)), Timers(),
                               Traffic.FORWARD, 1)
-    out.backward(grad)
-    h_ref = h.detach().double().requires_grad_(True)
-    want = reference(h_ref)
-    want.backward(grad.double())
+    out.backward(case.grad)
+    h_ref = case.h.double().requires_grad_(True)
+    want = case.reference(h_ref)
+    want.backward(case.grad.double())
     torch.testing.assert_close(out.double(), want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(h.grad.double(), h_ref.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_rows_copied_leaves_out_what_an_integer_width_reads_and_writes_in_place(fake_mpi) -> None:
+    """``rows_copied`` counts the rows cd-0's overlapped sum copies: the roots into its table, and
+    at float32 the rows each exchange gathers and scatters, which at an integer width the codec
+    reads and writes in place (forward: 10 copies out and in, 12 partials out and in; backward
+    the same two plans the other way)."""
+    from distgnn.exchange.overlap import OverlappedSum
+    from distgnn.timers import Timers
+
+    case = overlap_case()
+    counted = {}
+    for messages in ("fp32", "int8"):
+        comm, timers = Communicator(FakeComm(size=1)), Timers()
+        comm.set_messages(MessageCodec(messages), seed=1)
+        comm.start_epoch(1)
+        h = case.h.clone().requires_grad_(True)
+        OverlappedSum.apply(h, case.blocks, case.plans, comm, timers, Traffic.FORWARD,
+                            1).backward(case.grad)
+        counted[messages] = timers.row_counts["copied"]
+    assert counted["int8"] == 2 * case.n_roots
+    assert counted["fp32"] == counted["int8"] + 2 * (2 * case.copies + 2 * case.leaf_dst)
 
 
 @pytest.mark.parametrize("messages", ["fp32", "bf16", "int8", "int2"])

@@ -31,7 +31,8 @@ def reduce_broadcast(x: torch.Tensor, part: PartitionData, comm: Communicator, k
         return x
     with timers("exchange_wait"):
         # gather and scatter-add of the leaves' rows, the clone, then the same back
-        timers.rows("copied", x.shape[0] + 2 * len(part.leaf_send.ids) + 2 * len(part.root_recv.ids))
+        timers.rows("copied", x.shape[0] + comm.copies_rows(kind) * 2 * (len(part.leaf_send.ids)
+                                                                        + len(part.root_recv.ids)))
         # the received rows land in place: an integer width decodes them there
         received = comm.exchange_rows_async(x, part.leaf_send, part.root_recv, kind,
                                             training_direction(kind, Direction.REDUCE), gather=True)
@@ -74,7 +75,8 @@ class Broadcast(torch.autograd.Function):
         if n_rows > h.shape[0] + len(plans.bcast_leaf.ids):
             src[h.shape[0]:] = 0.0
             timers.rows("zeroed", n_rows - h.shape[0])
-        timers.rows("copied", h.shape[0] + len(plans.bcast_root.ids) + len(plans.bcast_leaf.ids))
+        timers.rows("copied", h.shape[0] + comm.copies_rows(kind) * (len(plans.bcast_root.ids)
+                                                                    + len(plans.bcast_leaf.ids)))
         if comm.size > 1:
             with timers("exchange_wait"):
                 comm.exchange_rows_async(h, plans.bcast_root, plans.bcast_leaf, kind,
@@ -86,7 +88,8 @@ class Broadcast(torch.autograd.Function):
     def backward(ctx, grad_src: torch.Tensor):
         plans = ctx.plans
         grad_h = pooled_copy(grad_src[:ctx.n_roots])
-        ctx.timers.rows("copied", ctx.n_roots + len(plans.bcast_leaf.ids) + len(plans.bcast_root.ids))
+        ctx.timers.rows("copied", ctx.n_roots + ctx.comm.copies_rows(Traffic.BACKWARD) * (
+            len(plans.bcast_leaf.ids) + len(plans.bcast_root.ids)))
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
                 ctx.comm.exchange_rows_async(grad_src, plans.bcast_leaf, plans.bcast_root,
@@ -105,7 +108,8 @@ class Reduce(torch.autograd.Function):
                 timers: Timers, kind: Traffic) -> torch.Tensor:
         ctx.plans, ctx.comm, ctx.timers, ctx.n_local = plans, comm, timers, p.shape[0]
         a = pooled_copy(p[:n_roots])
-        timers.rows("copied", n_roots + len(plans.reduce_leaf.ids) + len(plans.reduce_root.ids))
+        timers.rows("copied", n_roots + comm.copies_rows(kind) * (len(plans.reduce_leaf.ids)
+                                                                 + len(plans.reduce_root.ids)))
         if comm.size > 1:
             with timers("exchange_wait"):
                 comm.exchange_rows_async(p, plans.reduce_leaf, plans.reduce_root, kind,
@@ -122,8 +126,8 @@ class Reduce(torch.autograd.Function):
         else:  # every row is written below
             grad_p = POOL.empty((ctx.n_local, grad_a.shape[1]), grad_a.dtype)
         grad_p[:grad_a.shape[0]] = grad_a
-        ctx.timers.rows("copied", grad_a.shape[0] + len(plans.reduce_root.ids)
-                        + len(plans.reduce_leaf.ids))
+        ctx.timers.rows("copied", grad_a.shape[0] + ctx.comm.copies_rows(Traffic.BACKWARD) * (
+            len(plans.reduce_root.ids) + len(plans.reduce_leaf.ids)))
         if ctx.comm.size > 1:
             with ctx.timers("exchange_wait"):
                 ctx.comm.exchange_rows_async(grad_a, plans.reduce_root, plans.reduce_leaf,

@@ -135,7 +135,8 @@ def overlapped(x: torch.Tensor, n_table: int, n_roots: int, spread: Leg, early: 
     table = (pooled_zeros((n_table, x.shape[1]), x.dtype) if n_table > n_roots + leaf_rows
              else POOL.empty((n_table, x.shape[1]), x.dtype))
     table[:n_roots] = x
-    timers.rows("copied", n_roots + len(spread.send.ids) + leaf_rows)
+    # the rows gathered and scattered (none at an integer width: the codec reads and writes them)
+    timers.rows("copied", n_roots + comm.copies_rows(spread.kind) * (len(spread.send.ids) + leaf_rows))
     with timers("exchange_wait"):
         arriving = comm.exchange_rows_async(x, spread.send, spread.recv, spread.kind,
                                             spread.direction, gather=True)
@@ -153,7 +154,7 @@ def overlapped(x: torch.Tensor, n_table: int, n_roots: int, spread: Leg, early: 
                                              gather.direction, gather=True)
     with timers("aggregate"):
         out = own(table, threads)
-    timers.rows("copied", len(gather.send.ids) + len(gather.recv.ids))
+    timers.rows("copied", comm.copies_rows(gather.kind) * (len(gather.send.ids) + len(gather.recv.ids)))
     with timers("exchange_wait"):
         returning.wait_into(out, gather.recv.ids, add=True)
     return out

@@ -99,7 +99,7 @@ class DelayedSchedule:
         """Post this step's forward rows of its bin (non-blocking): ``rows`` ordered as ``send``,
         or with ``gather`` a table whose rows ``send.ids`` are posted (gathered by the exchange,
         fused into the encode at an integer width)."""
-        self.timers.rows("copied", len(send.ids))
+        self.timers.rows("copied", len(send.ids) * (not gather or self.comm.copies_rows(Traffic.FORWARD)))
         mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv,
                                                                   Traffic.FORWARD, direction,
                                                                   gather))
@@ -112,7 +112,8 @@ class DelayedSchedule:
         posted :attr:`steps_late` steps ago, rows of ``bin(step - steps_late)`` (None before the
         first)."""
         with self.timers("exchange_wait"):
-            self.timers.rows("copied", len(send.ids))
+            self.timers.rows("copied", len(send.ids) * (not gather
+                                                        or self.comm.copies_rows(Traffic.BACKWARD)))
             mailbox.post(channel, step, self.comm.exchange_rows_async(rows, send, recv,
                                                                       Traffic.BACKWARD, direction,
                                                                       gather))
