@@ -285,7 +285,8 @@ class RowEngine:
     def copies_rows(self, kind: Traffic) -> bool:
         """Whether an exchange of ``kind`` copies the rows it gathers and scatters: not where an
         integer width encodes them in place and decodes them into place (``gather=True``,
-        :meth:`PendingExchange.wait_into`)."""
+        :meth:`PendingExchange.wait_into`; float32 tables: bfloat16 ones still pass through a
+        converted copy, which this does not count)."""
         return not (Traffic(kind) in ENCODED and self.messages.bits is not None)
 
     def set_messages(self, codec: MessageCodec, seed: int) -> None:
