@@ -250,15 +250,10 @@ class PendingExchange:
         an integer width are decoded straight into their place (no decoded copy;
         docs/design.md#message-precision), with the same bits."""
         self._complete()
-        if self._finish is not None and self._codec is not None:
-            self._finish = None
-            self._codec.decode_into(self._recv, table, ids, add)
-            return
-        rows = self.wait()
-        if add:
-            table.index_add_(0, ids, rows)
-        else:
-            table[ids] = rows
+        # rows still in their wire form go through their codec; rows as used, through float32's
+        codec = self._codec if self._finish is not None and self._codec is not None else FULL_PRECISION
+        self._finish = None
+        codec.decode_into(self._recv, table, ids, add)
 
 
 class RowEngine:
