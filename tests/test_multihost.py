@@ -34,8 +34,9 @@ def cluster(*args: str, timeout: float = 120, check: bool = True, cwd: Path = RE
 
 
 def srun(*command: str, timeout: float = 120) -> list[str]:
-    """Lines of ``srun -N 2 -n 2 COMMAND`` from the controller, sorted."""
-    proc = cluster("exec", "mhctl", "srun", "-N", "2", "-n", "2", "--mpi=pmix", *command,
+    """Lines of ``srun -N 2 -n 2 -w mh1,mh2 COMMAND`` from the controller, sorted (the hosts
+    named: Slurm would otherwise take any two idle ones, mh3 while a job still holds mh1)."""
+    proc = cluster("exec", "mhctl", "srun", "-N", "2", "-n", "2", "-w", "mh1,mh2", "--mpi=pmix", *command,
                    timeout=timeout)
     return sorted(proc.stdout.split("\n")[:-1])
 
