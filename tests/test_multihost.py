@@ -393,9 +393,10 @@ def wait_for_checkpoint(run: Path, epoch: int, proc: subprocess.Popen) -> None:
     wait_until(lambda: (checkpoints(run) or [0])[-1] >= epoch, proc, 240, f"checkpoint {epoch}")
 
 
-def end_by_a_cut_link(proc: subprocess.Popen, logs: Path) -> None:
+def end_by_a_cut_link(proc: subprocess.Popen, logs: Path, resumed: bool) -> None:
     """mh2's fabric down, Slurm still reaching mh2: the watchdog ends the job within 40 s with one
-    line naming each rank, its host and what it waits for; FAILED, not requeued."""
+    line naming each rank, its host and what it waits for; FAILED, not requeued. `resumed`: the
+    launch was itself started with --resume, so its last line says to rerun it as it is."""
     job_id = newest_job(logs)
     restarts = job_state(job_id).split()[1]
     seen = set(job_lines(logs, "", "no rank has made progress"))
@@ -415,7 +416,9 @@ def end_by_a_cut_link(proc: subprocess.Popen, logs: Path) -> None:
     assert len(lines) == 1, (err[-2000:], said)
     last = err.strip().splitlines()[-1]
     assert last.startswith("distgnn launch: error: job ") and lines[0] in last, last
-    assert last.endswith("rerun this launch with --resume to continue from it"), last
+    # a launch started without --resume is told to add it; one started with it, to rerun it
+    assert last.endswith("rerun this launch to continue from it" if resumed else
+                         "rerun this launch with --resume to continue from it"), last
     # each rank and its host, grouped by what they wait for: an exchange names its peer; both in
     # the gradients' all-reduce are one group waiting for every rank; a rank whose part of a
     # gather left before the cut may already wait in the next epoch's exchange while rank 0
@@ -437,12 +440,14 @@ HOST_FAULTS = [  # (fault, heal, the watchdog's line)
 
 
 def end_by_a_host_fault(proc: subprocess.Popen, partdir: Path, run: Path, logs: Path,
-                        fault: tuple, heal: tuple, line: str, args: list[str]) -> subprocess.Popen:
+                        fault: tuple, heal: tuple, line: str,
+                        args: list[str]) -> tuple[subprocess.Popen, bool]:
     """Slurm loses the host too: the watchdog ends the ranks (those on a cut-off host end
     themselves, no srun can reach them) with one line naming the node. Whoever is first decides
     the job's fate: Slurm, seeing the node fail, requeues the job, which resumes from the newest
     checkpoint once the host is back; the watchdog, ending the step first, leaves it FAILED, and
-    an explicit relaunch with --resume continues. The launch that goes on."""
+    an explicit relaunch with --resume continues. The launch that goes on, and whether it is a
+    new one started with --resume (False: the same launch, its job requeued)."""
     job_id = newest_job(logs)
     restarts = int(job_state(job_id).split("restarts=")[1])  # a requeued job keeps its id
     ends = (f"PENDING restarts={restarts + 1}", f"FAILED restarts={restarts}")
@@ -468,9 +473,9 @@ def end_by_a_host_fault(proc: subprocess.Popen, partdir: Path, run: Path, logs: 
     if state.startswith("PENDING"):
         settle(("mh1", "mh2"))
         cluster("exec", "mhctl", "scontrol", "update", f"JobId={job_id}", "StartTime=now")
-        return proc
+        return proc, False
     assert proc.wait(timeout=120) != 0
-    return launch_on_hosts(partdir, run, logs, *args, "--resume")
+    return launch_on_hosts(partdir, run, logs, *args, "--resume"), True
 
 
 @pytest.mark.slow
@@ -490,6 +495,7 @@ def test_a_run_outlives_a_cut_link_a_cut_off_host_and_a_lost_host_and_equals_the
     args = ["--epochs", "100", "--hidden", "64", "--checkpoint-every", "4", "--hang-timeout", "10"]
     proc = launch_on_hosts(partdir, run, logs, *args)
     resumed_after = [0]
+    resumed = False  # whether the launch now running was started with --resume
     pool = ThreadPoolExecutor(1)
     reference = None
     try:
@@ -499,10 +505,12 @@ def test_a_run_outlives_a_cut_link_a_cut_off_host_and_a_lost_host_and_equals_the
             reference = reference or pool.submit(
                 mpiexec, 2, "train", partdir, "--out", tmp_path / "local", "--threads", "1",
                 *FAULT_RUN, *args, env={"DISTGNN_TILES": "off"})
-            proc = end_by_a_host_fault(proc, partdir, run, logs, fault, heal, line, args)
+            proc, relaunched = end_by_a_host_fault(proc, partdir, run, logs, fault, heal, line,
+                                                   args)
+            resumed = resumed or relaunched
             resumed_after.append(checkpoints(run)[-1])
         wait_for_checkpoint(run, resumed_after[-1] + 8, proc)
-        end_by_a_cut_link(proc, logs)
+        end_by_a_cut_link(proc, logs, resumed)
         resumed_after.append(checkpoints(run)[-1])
         proc = launch_on_hosts(partdir, run, logs, *args, "--resume")  # an explicit relaunch
         _, err = proc.communicate(timeout=300)
