@@ -79,8 +79,14 @@ def _papers_records() -> dict[str, dict]:
 
 @functools.lru_cache(maxsize=None)
 def _link_runs() -> tuple[dict, ...]:
-    newest = sorted(RESULTS.glob("link-widths-*.json"))[-1]
-    return tuple(json.loads(newest.read_text())["runs"])
+    """The runs of the newest bench/results/link-widths-*.json holding each place (a link's
+    rate, or "one host": a run with ``--rates ''`` measures the one host alone)."""
+    by_place: dict[str, list[dict]] = {}
+    for path in sorted(RESULTS.glob("link-widths-*.json")):
+        runs = json.loads(path.read_text())["runs"]
+        for place in {r["place"] for r in runs}:
+            by_place[place] = [r for r in runs if r["place"] == place]
+    return tuple(r for runs in by_place.values() for r in runs)
 
 
 def _link_median(place: str, case: str, field: str) -> float:

@@ -5,7 +5,7 @@ over a shaped link between emulated hosts, and what packing costs on one host.
                                 [--widths fp32 bf16 int8 int4 int2] [--work DIR] [--json OUT.json]
 
 Needs root and the emulated cluster of ``cluster/multihost.sh`` (started with 2 hosts when it is
-not running, stopped again at the end). The synth-reddit twin is cut by Libra into 2 parts; the
+not running, stopped again at the end), except with ``--rates ''`` (step 2 alone). The synth-reddit twin is cut by Libra into 2 parts; the
 model is the scaling benchmark's (3-layer GraphSAGE, hidden 256).
 
 1. At each rate of ``--rates`` (both hosts' links shaped, both ways): cd-0 and cd-5 at P = 2, one
@@ -66,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     work = work_folder(args.work, "bench-link-widths-")
     python = sys.executable
     clog = work / "cluster.log"
-    was_running = subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True).returncode == 0
-    cluster("start", "--hosts", "2", log=clog)
+    # the emulated hosts only for the links (`--rates ''` measures the one host alone, no root)
+    was_running = not rates or subprocess.run(["bash", str(SCRIPT), "status"],
+                                              capture_output=True).returncode == 0
+    if rates:
+        cluster("start", "--hosts", "2", log=clog)
     out: dict = {"machine": machine_line(1), "options": vars(args), "runs": []}
     print(out["machine"], flush=True)
     try:
@@ -115,10 +118,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.json:
                 Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     finally:
-        set_rate(2, None, clog)
+        if rates:
+            set_rate(2, None, clog)
         if not was_running:
             cluster("stop", log=clog)
-    slowest = out["tables"].get(rates[0], {})
+    slowest = out["tables"].get(rates[0], {}) if rates else {}
     failed = False
     if {"cd-0 int8", "cd-0 fp32 blocking"} <= slowest.keys():
         ratio = slowest["cd-0 int8"]["epoch_s"] / slowest["cd-0 fp32 blocking"]["epoch_s"]
