@@ -5,8 +5,9 @@ over a shaped link between emulated hosts, and what packing costs on one host.
                                 [--widths fp32 bf16 int8 int4 int2] [--work DIR] [--json OUT.json]
 
 Needs root and the emulated cluster of ``cluster/multihost.sh`` (started with 2 hosts when it is
-not running, stopped again at the end), except with ``--rates ''`` (step 2 alone). The synth-reddit twin is cut by Libra into 2 parts; the
-model is the scaling benchmark's (3-layer GraphSAGE, hidden 256).
+not running, stopped again at the end), except with ``--rates ''``, which runs step 2 alone. The
+synth-reddit twin is cut by Libra into 2 parts; the model is the scaling benchmark's (3-layer
+GraphSAGE, hidden 256).
 
 1. At each rate of ``--rates`` (both hosts' links shaped, both ways): cd-0 and cd-5 at P = 2, one
    rank on each host, for every width, and cd-0 at float32 and int8 once more with its exchanges
