@@ -61,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work")
     parser.add_argument("--json", help="write every figure here (JSON)")
     args = parser.parse_args(argv)
+    if not args.rates.strip(", ") and args.no_one_host:
+        parser.error("--rates '' with --no-one-host measures nothing")
     from distgnn.data.fetch import fetch
 
     rates = [r.strip() for r in args.rates.split(",") if r.strip()]
